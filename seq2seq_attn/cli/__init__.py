@@ -1,0 +1,86 @@
+"""The `seq2seq` command line: one typer app; each pipeline stage registers its verbs from its own module.
+
+Errors a user can cause (`UserError`, missing files, bad options) end as one line on stderr and exit
+code 2; `--debug` (or SEQ2SEQ_DEBUG=1) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+from .. import __version__, console
+from ..errors import UserError
+from . import config as config_cli
+
+app = typer.Typer(
+    name="seq2seq",
+    help="Neural machine translation with RNN encoder-decoders and attention (Bahdanau et al. 2014), "
+    "with BLEU by sentence length.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+DEBUG = os.environ.get("SEQ2SEQ_DEBUG", "") not in ("", "0")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"seq2seq-attn {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks on errors."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars or status lines."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    global DEBUG
+    DEBUG = DEBUG or debug
+    console.set_quiet(quiet)
+
+
+for _module in (config_cli,):
+    _module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app(standalone_mode=False)
+    except click.exceptions.Exit as stop:
+        sys.exit(stop.exit_code)
+    except click.ClickException as err:  # bad usage: click's own one-line message
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        print("seq2seq: aborted", file=sys.stderr)
+        sys.exit(130)
+    except (UserError, OSError) as err:
+        if DEBUG:
+            raise
+        print(f"seq2seq: error: {_one_line(err)}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("seq2seq: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:
+        if DEBUG:
+            raise
+        print(f"seq2seq: internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug "
+              "for the traceback)", file=sys.stderr)
+        sys.exit(1)
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.filename:
+        return f"{err.filename}: {err.strerror}"
+    return " ".join(str(err).split()) or type(err).__name__

@@ -1,0 +1,37 @@
+"""`seq2seq config`: show a resolved config, or every key with its default and meaning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..config import config_markdown, describe_keys, load_config, to_yaml
+
+CONFIG_ARG = typer.Argument(..., help="Experiment YAML file.", show_default=False)
+SET_OPTION = typer.Option(
+    [], "--set", help="Override a key, typed like YAML: --set train.learning_rate=3e-4 (repeatable)."
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("config")(show_config)
+
+
+def show_config(
+    config: Path = typer.Argument(None, help="Experiment YAML file to validate and print resolved."),
+    overrides: list[str] = SET_OPTION,
+    keys: bool = typer.Option(False, "--keys", help="List every key with type, default and meaning."),
+    fmt: str = typer.Option("text", "--format", help="With --keys: text or markdown."),
+) -> None:
+    """Validate CONFIG and print it fully resolved (defaults filled in, paths absolute), or list all keys."""
+    if keys:
+        if fmt == "markdown":
+            typer.echo(config_markdown(), nl=False)
+        else:
+            for key, kind, default, doc in describe_keys():
+                typer.echo(f"{key}  [{kind}]" if kind == "section" else f"{key} = {default}  ({kind}) {doc}")
+        return
+    if config is None:
+        raise typer.BadParameter("give a CONFIG file, or --keys")
+    typer.echo(to_yaml(load_config(config, overrides)), nl=False)

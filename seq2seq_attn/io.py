@@ -1,0 +1,113 @@
+"""File helpers shared by every stage: atomic writes, (gzipped) text reading with clear errors, hashing.
+
+Why atomic: a run may be killed at any instant; a reader must then find either the previous complete
+file or the new complete file, never a torn one. We write to a temporary file in the same folder,
+flush and fsync it, then `os.replace` it over the target (atomic on POSIX), and fsync the folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import UserError
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UserError(f"{path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"{path}: folder {folder} is not writable")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(folder)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def fsync_dir(folder: str | Path) -> None:
+    """Make a rename inside `folder` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_write(path) as handle:
+        handle.write(text)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not valid JSON ({err})") from None
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open a file for reading bytes, transparently un-gzipping `.gz` files."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: file not found")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory, expected a file")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
+
+
+def read_lines(path: str | Path) -> Iterator[str]:
+    """Yield the lines of a UTF-8 text file (or .gz) without line endings.
+
+    Lines are decoded one by one so that invalid UTF-8 is reported with its exact line number.
+    """
+    with open_binary(path) as handle:
+        number = 0
+        try:
+            for number, raw in enumerate(handle, start=1):  # noqa: B007
+                yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as err:
+            raise UserError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
+        except (OSError, EOFError) as err:  # truncated or corrupt .gz
+            raise UserError(f"{path}: cannot read ({err})") from None
+
+
+def count_lines(path: str | Path) -> int:
+    return sum(1 for _ in read_lines(path))
+
+
+def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
