@@ -41,16 +41,32 @@ def section(cls: type, doc: str) -> Any:
 
 @dataclass
 class SyntheticConfig:
-    """A generated language pair that makes the long-sentence problem real (offline demo and tests)."""
+    """A generated language pair that makes the long-sentence problem real (see `data/synthetic.py`)."""
 
     train_size: int = option(20000, "Training sentence pairs to generate.", ge=1)
     valid_size: int = option(500, "Validation sentence pairs to generate.", ge=1)
     test_size: int = option(1000, "Test sentence pairs to generate.", ge=1)
-    vocab_size: int = option(3000, "Source-side lexicon size (Zipf-distributed words).", ge=50)
-    min_words: int = option(3, "Shortest source sentence in words (approximate; grammar-driven).", ge=1)
-    max_words: int = option(80, "Longest source sentence in words.", ge=5)
-    zipf_exponent: float = option(1.0, "Exponent s of the Zipf law p(rank) ~ rank^-s for word choice.", gt=0)
-    seed: int = option(1234, "Seed of the generator: same seed, same bytes.")
+    vocab_size: int = option(
+        2500,
+        "Content words (nouns, verbs, adjectives, adverbs) per language; ~35 function words come on top.",
+        ge=100,
+    )
+    irregular_words: int = option(
+        300,
+        "Most frequent content words given arbitrary translations; rarer ones are cognates "
+        "(syllable-by-syllable sound correspondences), learnable from a few examples.",
+        ge=0,
+    )
+    min_words: int = option(
+        3, "Shortest source sentence in words, punctuation included (3: 'he sleeps .').", ge=3
+    )
+    max_words: int = option(
+        80, "Longest source sentence in words; lengths are spread evenly in between.", ge=5
+    )
+    zipf_exponent: float = option(
+        1.0, "Exponent s of the Zipf law p(rank) ~ rank^-s for word choice.", gt=0, le=3
+    )
+    seed: int = option(1234, "Seed of the generator: same seed, same bytes; each split derives its own.")
 
 
 @dataclass
@@ -58,7 +74,9 @@ class SplitFiles:
     """One split of a local corpus: a source and a target file (line-aligned, `.gz` allowed) or one TSV."""
 
     src: str = option("", "Source-language text file, one segment per line (.gz read directly).", path=True)
-    tgt: str = option("", "Target-language text file, line-aligned with `src` (.gz read directly).", path=True)
+    tgt: str = option(
+        "", "Target-language text file, line-aligned with `src` (.gz read directly).", path=True
+    )
     tsv: str = option("", "Alternative to src/tgt: one TSV file, source<TAB>target per line.", path=True)
 
 
@@ -75,7 +93,11 @@ class LocalConfig:
 class HuggingFaceConfig:
     """A corpus read through `datasets.load_dataset` (e.g. the paper's WMT'14 En-Fr)."""
 
-    name: str = option("wmt14", "Dataset name on the hub, or a local dataset folder / loader script.")
+    name: str = option(
+        "wmt14",
+        "Dataset name on the hub, or a local dataset folder / loader script (a folder written by "
+        "`save_to_disk` is read with `load_from_disk`; relative to the working directory).",
+    )
     config: str = option("fr-en", "Dataset configuration name ('' for none).")
     train_split: str = option("train", "Split used for training.")
     valid_split: str = option("validation", "Split used for validation (the paper: newstest2012+2013).")
@@ -86,7 +108,9 @@ class HuggingFaceConfig:
     src_field: str = option("", "Source text column when translation_field is ''.")
     tgt_field: str = option("", "Target text column when translation_field is ''.")
     max_examples: int = option(0, "Keep at most this many training pairs (0: all).", ge=0)
-    streaming: bool = option(True, "Stream the training split so it never has to fit in memory.")
+    streaming: bool = option(
+        True, "Stream the splits from the hub (no full download; nothing held in memory)."
+    )
     revision: str = option("", "Dataset revision (git tag or commit) for reproducibility ('' latest).")
 
 
@@ -102,7 +126,9 @@ class CleanConfig:
     )
     dedup: bool = option(False, "Drop exact duplicate pairs (keeps the first).")
     splits: list[str] = option(
-        ["train"], "Splits the rules apply to (keep dev/test intact for evaluation).", items=["train", "valid", "test"]
+        ["train"],
+        "Splits the rules apply to (keep dev/test intact for evaluation).",
+        items=["train", "valid", "test"],
     )
 
 
@@ -111,7 +137,9 @@ class DataConfig:
     """Where the parallel corpus comes from and how it is cleaned."""
 
     source: str = option("synthetic", "Corpus source.", choices=["synthetic", "local", "huggingface"])
-    dir: str = option("", "Output folder for prepared data ('' : data/<name> under the working directory).", path=True)
+    dir: str = option(
+        "", "Output folder for prepared data ('' : data/<name> under the working directory).", path=True
+    )
     src_lang: str = option("en", "Source language code (names files and the translation field).")
     tgt_lang: str = option("fr", "Target language code.")
     synthetic: SyntheticConfig = section(SyntheticConfig, "Settings for source: synthetic.")
@@ -128,8 +156,11 @@ class DataConfig:
 class VocabConfig:
     """sentencepiece subword (or word) vocabularies."""
 
-    type: str = option("bpe", "sentencepiece model type ('word' + size 30000 is the paper's shortlist).",
-                       choices=["bpe", "unigram", "word"])
+    type: str = option(
+        "bpe",
+        "sentencepiece model type ('word' + size 30000 is the paper's shortlist).",
+        choices=["bpe", "unigram", "word"],
+    )
     size: int = option(8000, "Vocabulary size of each model (source and target, or the joint one).", ge=8)
     joint: bool = option(False, "One model shared by source and target instead of one per language.")
     input_sentence_size: int = option(
@@ -147,27 +178,48 @@ class VocabConfig:
 class ModelConfig:
     """The encoder-decoder (Bahdanau et al. 2014 RNNsearch / RNNencdec; Luong et al. 2015)."""
 
-    decoder: str = option("rnnsearch", "Decoder family: the paper's RNNsearch or Luong's input-feeding one.",
-                          choices=["rnnsearch", "luong"])
-    attention: str = option("bahdanau", "Attention score; 'none' gives the RNNencdec baseline (fixed context).",
-                            choices=["none", "bahdanau", "dot", "general", "concat"])
+    decoder: str = option(
+        "rnnsearch",
+        "Decoder family: the paper's RNNsearch or Luong's input-feeding one.",
+        choices=["rnnsearch", "luong"],
+    )
+    attention: str = option(
+        "bahdanau",
+        "Attention score; 'none' gives the RNNencdec baseline (fixed context).",
+        choices=["none", "bahdanau", "dot", "general", "concat"],
+    )
     cell: str = option("gru", "Recurrent cell of encoder and decoder.", choices=["gru", "lstm"])
     src_embed_dim: int = option(128, "Source word embedding size (paper: 620).", ge=1)
     tgt_embed_dim: int = option(128, "Target word embedding size (paper: 620).", ge=1)
     hidden_size: int = option(256, "Encoder hidden size per direction (paper: 1000).", ge=1)
     decoder_hidden_size: int = option(256, "Decoder hidden size (paper: 1000).", ge=1)
     encoder_layers: int = option(1, "Stacked encoder RNN layers.", ge=1)
-    decoder_layers: int = option(1, "Stacked decoder RNN layers (luong; rnnsearch uses 1).", ge=1)
+    decoder_layers: int = option(
+        1, "Stacked decoder RNN layers; attention and the output read the top one (paper: 1).", ge=1
+    )
     bidirectional: bool = option(True, "Bidirectional encoder: annotations h_j = [fwd h_j ; bwd h_j].")
-    attention_dim: int = option(256, "Hidden size of the alignment model (bahdanau, concat; paper: 1000).", ge=1)
+    attention_dim: int = option(
+        256, "Hidden size of the alignment model (bahdanau, concat; paper: 1000).", ge=1
+    )
     maxout_dim: int = option(256, "Deep-output maxout units after pooling (rnnsearch; paper: 500).", ge=1)
-    input_feeding: bool = option(True, "Luong: feed the previous attentional vector into the next step.")
+    input_feeding: bool = option(
+        True,
+        "Luong: feed the previous attentional vector into the next step (off: one cuDNN call for all steps).",
+    )
     dropout_embed: float = option(0.0, "Dropout on embeddings.", ge=0, lt=1)
     dropout_hidden: float = option(0.0, "Dropout between stacked RNN layers and on annotations.", ge=0, lt=1)
-    dropout_output: float = option(0.0, "Dropout before the output projection.", ge=0, lt=1)
-    tie_embeddings: bool = option(False, "Share target embeddings with the output projection (sizes must match).")
-    init: str = option("paper", "Initialisation: orthogonal recurrent + N(0, 0.01^2) others, or PyTorch defaults.",
-                       choices=["paper", "pytorch"])
+    dropout_output: float = option(
+        0.0, "Dropout before the output projection (on t_i for rnnsearch, on h~_t for luong).", ge=0, lt=1
+    )
+    tie_embeddings: bool = option(
+        False, "Share target embeddings with the output projection (sizes must match)."
+    )
+    init: str = option(
+        "paper",
+        "Initialisation: paper = Bahdanau App. A (orthogonal recurrent matrices, attention W_a/U_a N(0, 0.001^2) "
+        "and v_a 0, other weights N(0, 0.01^2), biases 0); pytorch = library defaults.",
+        choices=["paper", "pytorch"],
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -179,15 +231,25 @@ class TrainConfig:
     """Batching, optimisation, validation, checkpoints."""
 
     run_dir: str = option("", "Run folder ('' : runs/<name> under the working directory).", path=True)
-    device: str = option("auto", "Where to train: auto picks cuda when available.", choices=["auto", "cpu", "cuda"])
-    precision: str = option("auto", "auto: bf16 autocast on GPU, fp32 on CPU.", choices=["auto", "fp32", "bf16"])
+    device: str = option(
+        "auto", "Where to train: auto picks cuda when available.", choices=["auto", "cpu", "cuda"]
+    )
+    precision: str = option(
+        "auto", "auto: bf16 autocast on GPU, fp32 on CPU.", choices=["auto", "fp32", "bf16"]
+    )
     compile: bool = option(False, "Wrap the model in torch.compile (measure before enabling).")
-    batch_type: str = option("tokens", "Batch size counted in tokens (src+tgt) or sentences (paper: 80).",
-                             choices=["tokens", "sentences"])
+    batch_type: str = option(
+        "tokens",
+        "Batch size counted in tokens (src+tgt) or sentences (paper: 80).",
+        choices=["tokens", "sentences"],
+    )
     batch_size: int = option(4096, "Tokens or sentences per batch, see batch_type.", ge=1)
-    max_len: int = option(50, "Skip training pairs longer than this many tokens on either side (paper: 30/50).",
-                          ge=1)
-    bucket_pool: int = option(100, "Batches per sorting pool: larger means less padding, less randomness.", ge=1)
+    max_len: int = option(
+        50, "Skip training pairs longer than this many tokens on either side (paper: 30/50).", ge=1
+    )
+    bucket_pool: int = option(
+        100, "Batches per sorting pool: larger means less padding, less randomness.", ge=1
+    )
     optimizer: str = option("adam", "Optimiser (paper: adadelta).", choices=["adam", "adadelta", "sgd"])
     learning_rate: float = option(1e-3, "Peak learning rate (adadelta: 1.0).", gt=0)
     adam_betas: list[float] = option([0.9, 0.999], "Adam beta1, beta2.", length=2)
@@ -195,10 +257,13 @@ class TrainConfig:
     adadelta_eps: float = option(1e-6, "Adadelta epsilon (paper: 1e-6).", gt=0)
     momentum: float = option(0.0, "SGD momentum.", ge=0, lt=1)
     weight_decay: float = option(0.0, "L2 weight decay.", ge=0)
-    scheduler: str = option("constant", "Learning-rate schedule.", choices=["constant", "plateau", "inverse_sqrt"])
+    scheduler: str = option(
+        "constant", "Learning-rate schedule.", choices=["constant", "plateau", "inverse_sqrt"]
+    )
     warmup_steps: int = option(0, "Linear warm-up steps (inverse_sqrt; also applied before constant).", ge=0)
-    plateau_factor: float = option(0.5, "plateau: multiply the rate by this when the dev metric stalls.",
-                                   gt=0, lt=1)
+    plateau_factor: float = option(
+        0.5, "plateau: multiply the rate by this when the dev metric stalls.", gt=0, lt=1
+    )
     plateau_patience: int = option(2, "plateau: validations without improvement before decaying.", ge=0)
     min_learning_rate: float = option(1e-6, "Lower bound on the learning rate.", ge=0)
     clip_norm: float = option(1.0, "Clip the global gradient norm to this (paper: 1; 0: off).", ge=0)
@@ -207,13 +272,20 @@ class TrainConfig:
     max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", ge=0)
     max_minutes: float = option(0.0, "Wall-clock training budget in minutes (0: no limit).", ge=0)
     log_every: int = option(100, "Updates between log lines.", ge=1)
-    validate_every: int = option(1000, "Updates between validations (dev loss and BLEU) and checkpoints.", ge=1)
-    checkpoint_every: int = option(0, "Extra 'latest' checkpoints every N updates for resume (0: at validation).",
-                                   ge=0)
+    validate_every: int = option(
+        1000, "Updates between validations (dev loss and BLEU) and checkpoints.", ge=1
+    )
+    checkpoint_every: int = option(
+        0, "Extra 'latest' checkpoints every N updates for resume (0: at validation).", ge=0
+    )
     valid_bleu: bool = option(True, "Compute dev BLEU at validation (else loss only).")
     valid_max_sentences: int = option(0, "Translate at most this many dev sentences for BLEU (0: all).", ge=0)
-    early_stop_metric: str = option("bleu", "Metric for best checkpoint and early stopping.",
-                                    choices=["bleu", "loss"])
+    valid_beam: int = option(
+        1, "Beam width for dev BLEU (1: greedy, fast; the decode section is for test).", ge=1
+    )
+    early_stop_metric: str = option(
+        "bleu", "Metric for best checkpoint and early stopping.", choices=["bleu", "loss"]
+    )
     patience: int = option(0, "Validations without improvement before stopping (0: never).", ge=0)
     keep_best: int = option(3, "Best checkpoints kept besides the latest.", ge=1)
     max_nonfinite: int = option(20, "Consecutive non-finite losses/gradients that stop the run.", ge=1)
@@ -229,7 +301,9 @@ class DecodeConfig:
 
     beam_size: int = option(5, "Beam width (1: greedy).", ge=1)
     nbest: int = option(1, "Hypotheses returned per sentence.", ge=1)
-    length_penalty: str = option("gnmt", "Length normalisation of scores.", choices=["none", "average", "gnmt"])
+    length_penalty: str = option(
+        "gnmt", "Length normalisation of scores.", choices=["none", "average", "gnmt"]
+    )
     alpha: float = option(0.6, "GNMT length-penalty exponent alpha.", ge=0)
     max_len_a: float = option(1.5, "Maximum output length is a*src_len + b (tokens).", ge=0)
     max_len_b: int = option(10, "See max_len_a.", ge=1)
@@ -237,18 +311,22 @@ class DecodeConfig:
     no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
     batch_tokens: int = option(4000, "Source tokens per decoding batch.", ge=1)
     replace_unk: bool = option(False, "Replace <unk> by the most attended source word (word vocabularies).")
-    unk_dictionary: str = option("", "Optional source->target word dictionary for replace_unk (TSV).", path=True)
+    unk_dictionary: str = option(
+        "", "Optional source->target word dictionary for replace_unk (TSV).", path=True
+    )
 
 
 @dataclass
 class EvalConfig:
     """BLEU/chrF by sentence length, as in Bahdanau et al. 2014, Fig. 2."""
 
-    buckets: list[int] = option([0, 10, 20, 30, 40, 50, 60],
-                                "Bucket edges in words; bucket i is [edge_i, edge_i+1), the last is open.")
+    buckets: list[int] = option(
+        [0, 10, 20, 30, 40, 50, 60],
+        "Bucket edges in words; bucket i is [edge_i, edge_i+1), the last is open.",
+    )
     bucket_by: str = option("source", "Length used for bucketing.", choices=["source", "reference"])
     bootstrap: int = option(1000, "Bootstrap resamples for the 95% confidence interval (0: none).", ge=0)
-    seed: int = option(12345, "Seed of the bootstrap.")
+    seed: int = option(12345, "Seed of the bootstrap.", ge=0)
     min_bucket_size: int = option(30, "Buckets with fewer sentences are flagged as unreliable.", ge=0)
 
 
@@ -425,8 +503,12 @@ def _check_scalar(value: Any, hint: Any, fail: Any) -> Any:
     raise TypeError(f"unsupported config type {hint}")
 
 
-_BOUNDS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
-           "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
+_BOUNDS = {
+    "ge": (">=", lambda v, b: v >= b),
+    "gt": (">", lambda v, b: v > b),
+    "le": ("<=", lambda v, b: v <= b),
+    "lt": ("<", lambda v, b: v < b),
+}
 
 
 def _check_range(value: Any, rules: dict, fail: Any) -> None:
@@ -476,8 +558,14 @@ def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, 
         doc = f.metadata.get("doc", "")
         if "choices" in f.metadata:
             doc += " One of: " + ", ".join(f"`{c}`" for c in f.metadata["choices"]) + "."
-        rows.append((path, _type_name(hint), yaml.safe_dump(default, default_flow_style=True).strip()
-                     .removesuffix("...").strip(), doc))
+        rows.append(
+            (
+                path,
+                _type_name(hint),
+                yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip(),
+                doc,
+            )
+        )
     return rows
 
 

@@ -30,6 +30,7 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
     if not os.access(folder, os.W_OK):
         raise UserError(f"{path}: folder {folder} is not writable")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
@@ -41,6 +42,12 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def fsync_dir(folder: str | Path) -> None:

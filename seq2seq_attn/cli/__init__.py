@@ -15,6 +15,7 @@ import typer
 from .. import __version__, console
 from ..errors import UserError
 from . import config as config_cli
+from . import evaluate as evaluate_cli
 
 app = typer.Typer(
     name="seq2seq",
@@ -48,7 +49,7 @@ def _global_options(
     console.set_quiet(quiet)
 
 
-for _module in (config_cli,):
+for _module in (config_cli, evaluate_cli):
     _module.register(app)
 
 
@@ -75,8 +76,11 @@ def main() -> None:
     except Exception as err:
         if DEBUG:
             raise
-        print(f"seq2seq: internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug "
-              "for the traceback)", file=sys.stderr)
+        print(
+            f"seq2seq: internal error: {type(err).__name__}: {_one_line(err)} (rerun with --debug "
+            "for the traceback)",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

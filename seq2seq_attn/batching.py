@@ -1,0 +1,185 @@
+"""Length-bucketed training batches over the memory-mapped token cache.
+
+Why buckets: an RNN pays for every padded position, so sentences of similar length go together. We
+shuffle the corpus, cut it into pools of `bucket_pool` batches, sort each pool by length, cut the pool
+into batches (a token budget counts padded source + target positions, or a fixed number of sentences),
+and shuffle the batches. Everything is a pure function of (seed, epoch), so the position in the data is
+just (epoch, batch index): a resumed or sharded (DDP) run sees exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .vocab import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor  # (batch, src_len) source ids + EOS, padded with PAD
+    src_lengths: torch.Tensor  # (batch,)
+    tgt_in: torch.Tensor  # (batch, tgt_len) BOS + target ids, padded
+    tgt_out: torch.Tensor  # (batch, tgt_len) target ids + EOS, padded
+    n_tokens: int  # real target tokens (tgt_out positions that are not padding)
+    n_padded: int  # all source + target positions, padding included
+
+    def to(self, device: torch.device) -> Batch:
+        non_blocking = device.type == "cuda"
+        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return Batch(
+            move(self.src),
+            move(self.src_lengths),
+            move(self.tgt_in),
+            move(self.tgt_out),
+            self.n_tokens,
+            self.n_padded,
+        )
+
+
+def usable_indices(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_len: int) -> np.ndarray:
+    """Training pairs whose both sides fit `max_len` tokens (the paper trains on <= 30 / <= 50 words)."""
+    keep = (src_lengths <= max_len) & (tgt_lengths <= max_len) & (src_lengths > 0)
+    return np.flatnonzero(keep)
+
+
+def plan_epoch(
+    src_lengths: np.ndarray,
+    tgt_lengths: np.ndarray,
+    indices: np.ndarray,
+    batch_type: str,
+    batch_size: int,
+    bucket_pool: int,
+    seed: int,
+    epoch: int,
+) -> list[np.ndarray]:
+    """The epoch's batches (arrays of example indices), deterministic in (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    order = indices[rng.permutation(len(indices))]
+    mean_cost = float(np.mean(src_lengths[indices] + tgt_lengths[indices] + 2)) if len(indices) else 1.0
+    per_batch = batch_size if batch_type == "sentences" else max(1, int(batch_size / mean_cost))
+    pool_size = per_batch * bucket_pool
+    batches: list[np.ndarray] = []
+    for start in range(0, len(order), pool_size):
+        pool = order[start : start + pool_size]
+        # sort by (source length, target length); stable so ties keep the shuffled order
+        pool = pool[np.lexsort((tgt_lengths[pool], src_lengths[pool]))]
+        batches.extend(cut_batches(pool, src_lengths, tgt_lengths, batch_type, batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def cut_batches(
+    pool: np.ndarray, src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_type: str, batch_size: int
+) -> list[np.ndarray]:
+    """Cut a length-sorted pool into batches under the size budget (one pass)."""
+    if batch_type == "sentences":
+        return [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
+    batches, start, longest = [], 0, 0
+    for i, example in enumerate(pool):
+        width = int(src_lengths[example]) + int(tgt_lengths[example]) + 2  # + EOS on src, BOS/EOS on tgt
+        if i > start and max(longest, width) * (i - start + 1) > batch_size:
+            batches.append(pool[start:i])
+            start, longest = i, 0
+        longest = max(longest, width)
+    if start < len(pool):
+        batches.append(pool[start:])
+    return batches
+
+
+def shard(batches: list[np.ndarray], rank: int, world_size: int) -> list[np.ndarray]:
+    """Rank `rank`'s share under DDP: every world_size-th batch, truncated so all ranks step together."""
+    usable = len(batches) - len(batches) % world_size
+    return batches[rank:usable:world_size]
+
+
+def collate(src_seqs: list[np.ndarray], tgt_seqs: list[np.ndarray], pin: bool = False) -> Batch:
+    """Pad a list of id sequences into tensors: src + EOS, BOS + tgt, tgt + EOS."""
+    n = len(src_seqs)
+    src_len = max(len(s) for s in src_seqs) + 1
+    tgt_len = max(len(t) for t in tgt_seqs) + 1
+    src = np.full((n, src_len), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
+    tgt_out = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
+    src_lengths = np.empty(n, dtype=np.int64)
+    for row, (s, t) in enumerate(zip(src_seqs, tgt_seqs, strict=True)):
+        src[row, : len(s)] = s
+        src[row, len(s)] = EOS_ID
+        src_lengths[row] = len(s) + 1
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1 : len(t) + 1] = t
+        tgt_out[row, : len(t)] = t
+        tgt_out[row, len(t)] = EOS_ID
+    tensors = [torch.from_numpy(a) for a in (src, src_lengths, tgt_in, tgt_out)]
+    if pin:
+        tensors = [t.pin_memory() for t in tensors]
+    n_tokens = int(sum(len(t) for t in tgt_seqs)) + n
+    return Batch(*tensors, n_tokens=n_tokens, n_padded=n * (src_len + tgt_len))
+
+
+class BatchStream:
+    """Endless, resumable iterator of training batches; its position is (epoch, index within epoch)."""
+
+    def __init__(
+        self,
+        cache,
+        batch_type: str,
+        batch_size: int,
+        max_len: int,
+        bucket_pool: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        pin: bool = False,
+    ) -> None:
+        self.cache = cache
+        self.settings = (batch_type, batch_size, bucket_pool, seed)
+        self.rank, self.world_size, self.pin = rank, world_size, pin
+        self.src_lengths = np.asarray(cache.src.lengths)
+        self.tgt_lengths = np.asarray(cache.tgt.lengths)
+        self.indices = usable_indices(self.src_lengths, self.tgt_lengths, max_len)
+        self.epoch, self.index = 0, 0
+        self._plan: list[np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return len(self._epoch_plan())
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index, self._plan = int(state["epoch"]), int(state["index"]), None
+
+    def _epoch_plan(self) -> list[np.ndarray]:
+        if self._plan is None:
+            batch_type, batch_size, pool, seed = self.settings
+            plan = plan_epoch(
+                self.src_lengths,
+                self.tgt_lengths,
+                self.indices,
+                batch_type,
+                batch_size,
+                pool,
+                seed,
+                self.epoch,
+            )
+            self._plan = shard(plan, self.rank, self.world_size)
+        return self._plan
+
+    def __iter__(self) -> Iterator[Batch]:
+        while True:
+            plan = self._epoch_plan()
+            if not plan:
+                return
+            if self.index >= len(plan):
+                self.epoch, self.index, self._plan = self.epoch + 1, 0, None
+                continue
+            examples = plan[self.index]
+            self.index += 1
+            yield collate(
+                [self.cache.src[i] for i in examples], [self.cache.tgt[i] for i in examples], pin=self.pin
+            )

@@ -1,0 +1,64 @@
+"""`seq2seq data prepare`: read the configured corpus, clean it, write line-aligned splits and a manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .. import console
+from ..config import load_config
+from ..data.clean import DROP_RULES
+from ..data.prepare import MANIFEST, prepare
+from .config import CONFIG_ARG, SET_OPTION
+
+
+def register(app: typer.Typer) -> None:
+    data_app = typer.Typer(help="Prepare the parallel corpus.", no_args_is_help=True)
+    data_app.command("prepare")(prepare_command)
+    app.add_typer(data_app, name="data")
+
+
+def prepare_command(
+    config: Path = CONFIG_ARG,
+    overrides: list[str] = SET_OPTION,
+    force: bool = typer.Option(
+        False, "--force", help="Redo the work even when inputs and config are unchanged."
+    ),
+) -> None:
+    """Write <data_dir>/{train,valid,test}.{src,tgt} and manifest.json from CONFIG's `data` section.
+
+    Cleaning applies to the splits in data.clean.splits. Unchanged inputs and settings: nothing to do.
+    """
+    prepared = prepare(load_config(config, overrides), force=force)
+    console.info(summary_table(prepared.manifest))
+    if prepared.redone:
+        console.info(f"prepared {prepared.data_dir} (see {prepared.data_dir / MANIFEST})")
+    else:
+        console.info(
+            f"{prepared.data_dir} is up to date (inputs and data config unchanged); --force redoes it"
+        )
+
+
+def summary_table(manifest: dict) -> str:
+    """Pairs read and kept per split, and what each cleaning rule changed or dropped ('-': not applied)."""
+    header = ["split", "read", "kept", "normalized", *DROP_RULES]
+    rows = [header]
+    for split, counts in manifest["splits"].items():
+        cleaned = counts["cleaned"]
+        rule_cells = [
+            f"{counts['dropped'][rule]:,}" if cleaned and rule in counts["dropped"] else "-"
+            for rule in DROP_RULES
+        ]
+        normalized = (
+            f"{counts['normalized']:,}" if cleaned and manifest["clean"]["normalize_whitespace"] else "-"
+        )
+        rows.append([split, f"{counts['read']:,}", f"{counts['kept']:,}", normalized, *rule_cells])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(
+            cell.ljust(width) if i == 0 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    )

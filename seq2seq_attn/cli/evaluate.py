@@ -1,0 +1,152 @@
+"""`seq2seq eval`: sacrebleu BLEU/chrF of one or more systems, by sentence length; `seq2seq plot`: figures.
+
+`plot` is a command group: other figures join it with `@plot_app.command("name")`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..config import EvalConfig
+from ..console import info
+from ..errors import UserError
+from ..evaluate import evaluate, load_systems, merge_reports, parse_edges, read_text, render
+from ..io import read_json, write_text
+
+DEFAULTS = EvalConfig()
+
+plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=True)
+
+
+class BucketBy(str, Enum):
+    source = "source"
+    reference = "reference"
+
+
+class Format(str, Enum):
+    text = "text"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_command)
+    app.add_typer(plot_app, name="plot")
+
+
+def eval_command(
+    hyp: list[Path] = typer.Option(
+        [], "--hyp", help="System output, one detokenised sentence per line; repeat for several systems."
+    ),
+    ref: Path = typer.Option(
+        ..., "--ref", help="References, line-aligned with every --hyp.", show_default=False
+    ),
+    src: Path | None = typer.Option(
+        None, "--src", help="Sources, line-aligned; needed by --by-length unless --bucket-by reference."
+    ),
+    label: list[str] = typer.Option(
+        [],
+        "--label",
+        help="Name of each --hyp, in the same order (default: its file name without extension).",
+    ),
+    by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
+    buckets: str = typer.Option(
+        ",".join(map(str, DEFAULTS.buckets)),
+        "--buckets",
+        help="Bucket edges in words. Bucket i is [edge_i, edge_i+1) and the last is open: with 0,10,20 a "
+        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+.",
+    ),
+    bucket_by: BucketBy = typer.Option(
+        DEFAULTS.bucket_by,
+        "--bucket-by",
+        help="Whose length, in whitespace-separated words, picks the bucket.",
+    ),
+    bootstrap: int = typer.Option(
+        DEFAULTS.bootstrap,
+        "--bootstrap",
+        min=0,
+        help="Bootstrap resamples for the 95% BLEU interval (0: none).",
+    ),
+    seed: int = typer.Option(DEFAULTS.seed, "--seed", min=0, help="Seed of the bootstrap."),
+    min_bucket_size: int = typer.Option(
+        DEFAULTS.min_bucket_size, "--min-bucket-size", min=0, help="Flag buckets with fewer sentences."
+    ),
+    fmt: Format | None = typer.Option(
+        None,
+        "--format",
+        help="Report format (default: from the --output extension .json, .csv or .md, else text).",
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the report to this file; the text table still goes to stdout."
+    ),
+    plot: Path | None = typer.Option(
+        None, "--plot", help="Draw BLEU by length (needs --by-length) to this .png/.pdf/.svg file."
+    ),
+) -> None:
+    """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
+    source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2)."""
+    if not hyp:
+        raise UserError("give at least one --hyp FILE")
+    if plot is not None and not by_length:
+        raise UserError("--plot draws BLEU by sentence length: add --by-length")
+    config = EvalConfig(
+        buckets=parse_edges(buckets),
+        bucket_by=bucket_by.value,
+        bootstrap=bootstrap,
+        seed=seed,
+        min_bucket_size=min_bucket_size,
+    )
+    systems = load_systems(hyp, label)
+    references = read_text(ref)
+    sources = read_text(src) if src is not None else None
+    report = evaluate(
+        systems,
+        references,
+        sources,
+        by_length=by_length,
+        config=config,
+        references_path=str(ref),
+        sources_path=str(src) if src is not None else "",
+    )
+    write_outputs(report, fmt.value if fmt else None, output, plot)
+
+
+def write_outputs(report: dict[str, Any], fmt: str | None, output: Path | None, plot: Path | None) -> None:
+    """Print the report (or save it and print the table) and draw the curve if asked."""
+    fmt = fmt or (SUFFIX_FORMATS.get(output.suffix.lower(), "text") if output else "text")
+    if output is None:
+        typer.echo(render(report, fmt), nl=False)
+    else:
+        write_text(output, render(report, fmt))
+        typer.echo(render(report, "text"), nl=False)
+        info(f"wrote {output}")
+    if plot is not None:
+        from ..plots import save_curve  # matplotlib is slow to import: only when drawing
+
+        save_curve(report, plot)
+        info(f"wrote {plot}")
+
+
+@plot_app.command("curve")
+def plot_curve(
+    reports: list[Path] = typer.Argument(
+        ..., help="JSON reports saved by `seq2seq eval --by-length --output X.json`.", show_default=False
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Image file: .png, .pdf or .svg.", show_default=False
+    ),
+) -> None:
+    """Redraw BLEU by sentence length from saved reports; several reports share one figure (same buckets)."""
+    merged = merge_reports([(str(path), read_json(path)) for path in reports])
+    from ..plots import save_curve  # matplotlib is slow to import: only when drawing
+
+    save_curve(merged, output)
+    info(f"wrote {output}")

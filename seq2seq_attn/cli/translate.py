@@ -1,0 +1,120 @@
+"""`seq2seq translate`: raw text in, translations out, one line per line; `seq2seq average`: checkpoint means.
+
+Search settings default to the run's `decode` config section; each option overrides one key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from enum import Enum
+from pathlib import Path
+
+import torch
+import typer
+
+from ..checkpoint import average_checkpoints, latest_checkpoints, load_trained, run_dir_of, save_checkpoint
+from ..console import info
+from ..errors import UserError
+from ..io import atomic_write, open_binary
+from ..translate import CHUNK_LINES, DEFAULT_MAX_SRC_TOKENS, Translator, translate_stream
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class Penalty(str, Enum):
+    none = "none"
+    average = "average"
+    gnmt = "gnmt"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("translate")(translate_command)
+    app.command("average")(average_command)
+
+
+def translate_command(
+    model: Path = typer.Option(..., "--model", "-m", help="Run directory (uses its best checkpoint) or a "
+                               "checkpoint file inside a run's checkpoints/ folder.", show_default=False),
+    input_path: str = typer.Option("-", "--input", "-i", help="Source text file (.gz read directly); - for stdin."),
+    output_path: str = typer.Option("-", "--output", "-o", help="Output file, written atomically; - for stdout."),
+    beam: int | None = typer.Option(None, "--beam", help="Beam width, 1 for greedy [decode.beam_size]."),
+    nbest: int | None = typer.Option(None, "--nbest", help="Hypotheses per sentence; above 1 the output is "
+                                     "index<TAB>rank<TAB>score<TAB>translation rows [decode.nbest]."),
+    batch_tokens: int | None = typer.Option(None, "--batch-tokens",
+                                            help="Source tokens per search batch [decode.batch_tokens]."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto uses CUDA when available."),
+    scores: bool = typer.Option(False, "--scores", help="Write score<TAB>translation (normalised model score)."),
+    attention: Path | None = typer.Option(None, "--attention", help="Folder for a heat map (PNG) and matrix "
+                                          "(JSON) of each sentence's attention, named by 0-based line."),
+    replace_unk: bool | None = typer.Option(None, "--replace-unk/--no-replace-unk", help="Replace each <unk> "
+                                            "by the most attended source word [decode.replace_unk]."),
+    dictionary: Path | None = typer.Option(None, "--dictionary", help="TSV source word<TAB>target word used "
+                                           "by --replace-unk [decode.unk_dictionary]."),
+    average: int = typer.Option(0, "--average", help="Average the last K step-N.pt checkpoints of the run."),
+    length_penalty: Penalty | None = typer.Option(None, "--length-penalty",
+                                                  help="Score normalisation [decode.length_penalty]."),
+    alpha: float | None = typer.Option(None, "--alpha", help="GNMT length-penalty exponent [decode.alpha]."),
+    max_len_a: float | None = typer.Option(None, "--max-len-a", help="Output length limit a*src+b [decode.max_len_a]."),
+    max_len_b: int | None = typer.Option(None, "--max-len-b", help="See --max-len-a [decode.max_len_b]."),
+    min_len: int | None = typer.Option(None, "--min-len", help="No EOS before this many tokens [decode.min_len]."),
+    no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram",
+                                               help="Forbid repeated n-grams of this size, 0 off [decode.no_repeat_ngram]."),
+    max_src_tokens: int = typer.Option(DEFAULT_MAX_SRC_TOKENS, "--max-src-tokens",
+                                       help="Longer sources are cut to this many pieces."),
+) -> None:
+    """Translate raw text with a trained run: one output line per input line, in order."""
+    if average < 0:
+        raise UserError(f"--average must be >= 0, got {average}")
+    target = _device(device)
+    network, vocab, config = load_trained(model, target)
+    if average:
+        run_dir = model if model.is_dir() else run_dir_of(model)
+        paths = latest_checkpoints(run_dir, average)
+        network.load_state_dict(average_checkpoints(paths)["model"])
+        info(f"translate: averaged {', '.join(p.name for p in paths)}")
+    given = {"beam_size": beam, "nbest": nbest, "batch_tokens": batch_tokens, "replace_unk": replace_unk,
+             "unk_dictionary": str(dictionary) if dictionary else None,
+             "length_penalty": length_penalty.value if length_penalty else None, "alpha": alpha,
+             "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len, "no_repeat_ngram": no_repeat_ngram}
+    decode = dataclasses.replace(config.decode, **{key: value for key, value in given.items() if value is not None})
+    translator = Translator(network, vocab, decode, target, max_src_tokens, with_attention=attention is not None)
+
+    with contextlib.ExitStack() as stack:
+        source = sys.stdin.buffer if input_path == "-" else stack.enter_context(open_binary(input_path))
+        sink = sys.stdout.buffer if output_path == "-" else stack.enter_context(atomic_write(output_path, "wb"))
+        interactive = input_path == "-" and sys.stdin.isatty()
+        count = translate_stream(translator, source, sink, scores, attention, 1 if interactive else CHUNK_LINES)
+    info(f"translate: {count} lines")
+
+
+def average_command(
+    paths: list[Path] = typer.Argument(..., help="A run directory (with --last) or checkpoint files.",
+                                       show_default=False),
+    last: int = typer.Option(0, "--last", help="With a run directory: average its last K step-N.pt files."),
+    output: Path = typer.Option(..., "--output", "-o", help="Averaged checkpoint to write (atomically); put it "
+                                "in the run's checkpoints/ folder so `translate` finds the run's vocabulary.",
+                                show_default=False),
+) -> None:
+    """Average the weights of several checkpoints of one run into one checkpoint."""
+    if len(paths) == 1 and paths[0].is_dir():
+        if last < 1:
+            raise UserError(f"{paths[0]}: is a run directory; give --last K (K >= 1) checkpoints to average")
+        paths = latest_checkpoints(paths[0], last)
+    elif last:
+        raise UserError("--last K needs exactly one run directory, not checkpoint files")
+    save_checkpoint(output, average_checkpoints(paths))
+    info(f"average: {output} = mean of {', '.join(str(p) for p in paths)}")
+
+
+def _device(choice: Device) -> torch.device:
+    if choice == Device.cuda and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
+    if choice == Device.auto:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice.value)

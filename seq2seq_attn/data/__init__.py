@@ -1,0 +1,1 @@
+"""Parallel corpus: sources, cleaning, and the prepared line-aligned splits."""

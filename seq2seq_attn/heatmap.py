@@ -1,0 +1,58 @@
+"""Attention heat maps for people: source pieces on x, target pieces on y, as in Bahdanau et al. 2014, Fig. 3.
+
+Long sentences stay readable: each label gets CELL_INCHES until the figure reaches MAX_INCHES; past that
+the font shrinks to fit, and once it would fall below MIN_FONT only every k-th label is written.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+import warnings
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from .plots import save_figure
+
+CELL_INCHES = 0.3  # room per label while the figure is small
+MAX_INCHES = 30.0  # largest side of a figure
+MAX_FONT, MIN_FONT = 10.0, 4.0  # label font sizes in points
+
+
+def axis_layout(count: int) -> tuple[float, float, int]:
+    """(inches, font size, label step) for an axis carrying `count` labels."""
+    inches = max(min(CELL_INCHES * count, MAX_INCHES), 2.0)
+    points_per_label = inches * 72 / max(count, 1)
+    font = min(MAX_FONT, 0.8 * points_per_label)
+    step = max(1, math.ceil(MIN_FONT / font))
+    return inches, max(font, MIN_FONT), step
+
+
+def label_text(piece: str) -> str:
+    """A piece as matplotlib should print it: `$` would start math mode, control characters draw nothing."""
+    shown = "".join("\ufffd" if unicodedata.category(c) == "Cc" else c for c in piece)
+    return shown.replace("$", r"\$")
+
+
+def draw_attention(path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]) -> None:
+    """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
+    if weights.shape != (len(tgt_labels), len(src_labels)):
+        raise ValueError(f"attention {weights.shape} does not match {len(tgt_labels)} x {len(src_labels)} labels")
+    width, x_font, x_step = axis_layout(len(src_labels))
+    height, y_font, y_step = axis_layout(len(tgt_labels))
+    figure = Figure(figsize=(width + 1.5, height + 1.5))
+    axes = figure.subplots()
+    axes.imshow(weights, cmap="gray", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    axes.xaxis.tick_top()
+    axes.set_xticks(range(0, len(src_labels), x_step))
+    axes.set_xticklabels([label_text(p) for p in src_labels[::x_step]], rotation=90, fontsize=x_font)
+    axes.set_yticks(range(0, len(tgt_labels), y_step))
+    axes.set_yticklabels([label_text(p) for p in tgt_labels[::y_step]], fontsize=y_font)
+    axes.set_xlabel("source")
+    axes.set_ylabel("translation")
+    with warnings.catch_warnings():  # a glyph missing from the font (emoji, rare scripts) draws as a box
+        warnings.simplefilter("ignore", UserWarning)
+        figure.tight_layout()
+        save_figure(figure, path)

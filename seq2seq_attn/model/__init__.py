@@ -1,0 +1,6 @@
+"""The model zoo: bidirectional RNN encoder, attention scorers, RNNsearch / RNNencdec and Luong decoders."""
+
+from .seq2seq import Seq2Seq, build_model
+from .states import DecoderState, EncoderOutput
+
+__all__ = ["DecoderState", "EncoderOutput", "Seq2Seq", "build_model"]

@@ -1,0 +1,84 @@
+"""Attention: score every annotation against a decoder query, normalise over real words, average.
+
+One module, one interface, selected by `model.attention`:
+- `bahdanau` (additive, Bahdanau et al. 2014, eq. 6 and Appendix A.1.2): e_ij = v_a^T tanh(W_a s + U_a h_j).
+- `concat` (Luong et al. 2015, eq. 8): v_a^T tanh(W_a [h_t ; h_j]), the same additive score written with
+  one matrix over the concatenation, so it shares `bahdanau`'s code (W_a [h_t ; h_j] = W_1 h_t + W_2 h_j).
+- `general` (Luong): h_t^T W_a h_j.   `dot` (Luong): h_t^T h_j (query and annotation sizes must match).
+- `none`: no attention, the RNNencdec baseline (Cho et al. 2014): one fixed context c = tanh(V h_T) for
+  every step, where h_T = [fwd h_T ; bwd h_1] for a bidirectional encoder.
+
+Which state is the query (s_{i-1} before the RNN update in RNNsearch, h_t after it in Luong) is the decoder's
+business. The key side (U_a h_j, W_a h_j) does not depend on the decoder, so `prepare` computes it once per
+batch and beam search reuses it for every beam and step.
+
+Weights: alpha_ij = softmax_j(e_ij) over real source positions only; padding gets exactly 0 (its score is
+-inf before the softmax). With `none` the returned weights are uniform over the real positions (1 / length),
+so every scorer's rows sum to 1; they carry no alignment information.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .states import EncoderOutput
+
+ADDITIVE = ("bahdanau", "concat")
+
+
+class Attention(nn.Module):
+    def __init__(self, kind: str, query_size: int, annotation_size: int, attention_dim: int) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "none":
+            self.summary_proj = nn.Linear(annotation_size, annotation_size)  # V in c = tanh(V h_T)
+        elif kind in ADDITIVE:
+            self.key_proj = nn.Linear(annotation_size, attention_dim)  # U_a h_j (+ the score's one bias)
+            self.query_proj = nn.Linear(query_size, attention_dim, bias=False)  # W_a s_{i-1}
+            self.v = nn.Parameter(torch.empty(attention_dim))  # v_a
+            nn.init.normal_(self.v, std=attention_dim**-0.5)
+        elif kind == "general":
+            # h_t^T W_a h_j; a bias would add the same h_t^T b to every j, which the softmax ignores.
+            self.key_proj = nn.Linear(annotation_size, query_size, bias=False)
+        elif kind == "dot":
+            if query_size != annotation_size:
+                raise ValueError(f"dot attention needs query size {query_size} == annotation size {annotation_size}")
+        else:
+            raise ValueError(f"unknown attention {kind!r}")
+
+    def prepare(self, annotations: Tensor, final: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """Keys (batch, src_len, key_size) and, for `none`, the fixed context (batch, annotation_size)."""
+        if self.kind == "none":
+            return None, torch.tanh(self.summary_proj(final))  # c = tanh(V h_T)
+        if self.kind == "dot":
+            return annotations, None
+        return self.key_proj(annotations), None
+
+    def forward(self, query: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """Contexts (batch, steps, annotation_size) and weights (batch, steps, src_len) for queries
+        (batch, steps, query_size): one row per decoder step, all steps at once when they are known."""
+        if self.kind == "none":
+            steps = query.size(1)
+            context = enc.context.unsqueeze(1).expand(-1, steps, -1)
+            return context, uniform_weights(enc.mask, steps)
+        if self.kind in ADDITIVE:
+            # e_ij = v_a^T tanh(W_a s + U_a h_j): (batch, steps, 1, dim) + (batch, 1, src_len, dim)
+            hidden = torch.tanh(self.query_proj(query).unsqueeze(2) + enc.keys.unsqueeze(1))
+            scores = hidden @ self.v  # (batch, steps, src_len)
+        else:  # dot, general: e_ij = h_t^T (W_a) h_j
+            scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, steps, src_len)
+        weights = masked_softmax(scores, enc.mask)
+        return torch.bmm(weights, enc.annotations), weights  # c_i = sum_j alpha_ij h_j
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Softmax over the last dim of scores (batch, steps, src_len), exactly 0 where mask (batch, src_len)
+    is False. Every row must have at least one real position."""
+    return scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(dim=-1)
+
+
+def uniform_weights(mask: Tensor, steps: int) -> Tensor:
+    """(batch, steps, src_len) rows of 1 / length over real positions: the `none` attention's weights."""
+    weights = mask.float() / mask.sum(dim=1, keepdim=True)
+    return weights.unsqueeze(1).expand(-1, steps, -1)

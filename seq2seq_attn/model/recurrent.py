@@ -1,0 +1,137 @@
+"""The decoder's stacked GRU / LSTM, runnable over all time steps at once or one step at a time.
+
+Both paths use the same `nn.GRU` / `nn.LSTM` weights:
+- `run` hands every time step to the library RNN in one call (cuDNN on GPU). Decoders use it whenever the
+  recurrence does not depend on attention: the RNNencdec (its context is fixed) and Luong without input
+  feeding.
+- `step` advances one time step, for the recurrences that read what attention computed from the state
+  (RNNsearch's c_i, Luong's input feeding h~_{t-1}). Layer 0's input is [static ; dynamic]: the static part
+  (the target embedding E y_{i-1}) is known for every step in advance, so its gate pre-activations for all
+  steps are one batched matmul before the time loop (`project_static`); only the dynamic part (c_i or
+  h~_{t-1}) and the recurrent term are multiplied inside the loop.
+
+The cell arithmetic is PyTorch's (= cuDNN's): the GRU reset gate multiplies (U s + b) rather than entering
+as U (r * s) as in Bahdanau et al., Appendix A.1.1; the two are equally expressive and this form is the one
+that cuDNN runs. The paper's separate input matrices W (for E y) and C (for c) are the two column blocks of
+`weight_ih_l0`, which is the same linear map as one matrix applied to the concatenated input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+@dataclass
+class LayerWeights:
+    """One layer's matrices for `step`; layer 0's input matrix holds only the dynamic-input columns."""
+
+    w_ih: Tensor | None
+    b_ih: Tensor | None
+    w_hh: Tensor
+    b_hh: Tensor
+
+
+class RecurrentStack(nn.Module):
+    def __init__(
+        self, cell: str, static_size: int, dynamic_size: int, hidden_size: int, num_layers: int, dropout: float
+    ) -> None:
+        super().__init__()
+        self.rnn = RNN_CLASSES[cell](
+            static_size + dynamic_size,
+            hidden_size,
+            num_layers=num_layers,
+            batch_first=True,
+            dropout=dropout if num_layers > 1 else 0.0,
+        )
+        self.is_lstm = cell == "lstm"
+        self.static_size = static_size
+        self.dynamic_size = dynamic_size
+        self.num_layers = num_layers
+        self.dropout = dropout if num_layers > 1 else 0.0
+
+    def run(self, inputs: Tensor, hidden: Tensor, cell: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """All steps in one library call. inputs (batch, steps, input); hidden, cell (batch, layers, hidden).
+
+        Returns the top layer's outputs (batch, steps, hidden) and the new hidden and cell states.
+        """
+        h0 = hidden.transpose(0, 1).contiguous()  # (layers, batch, hidden)
+        if self.is_lstm:
+            outputs, (h, c) = self.rnn(inputs, (h0, cell.transpose(0, 1).contiguous()))
+            return outputs, h.transpose(0, 1), c.transpose(0, 1)
+        outputs, h = self.rnn(inputs, h0)
+        return outputs, h.transpose(0, 1), None
+
+    def project_static(self, static: Tensor) -> Tensor:
+        """Layer 0's gate pre-activations from the static input, all steps at once: W E y + b.
+
+        static (batch, steps, static_size) -> (batch, steps, gates * hidden).
+        """
+        return F.linear(static, self.rnn.weight_ih_l0[:, : self.static_size], self.rnn.bias_ih_l0)
+
+    def step_weights(self) -> list[LayerWeights]:
+        """The matrices `step` needs, sliced once per sequence (a slice per step would cost a full-size
+        gradient buffer per step in backward)."""
+        layers = []
+        for k in range(self.num_layers):
+            w_ih = getattr(self.rnn, f"weight_ih_l{k}")
+            b_ih = getattr(self.rnn, f"bias_ih_l{k}")
+            if k == 0:  # the static columns and the bias are already in project_static's output
+                w_ih = w_ih[:, self.static_size :] if self.dynamic_size else None
+                b_ih = None
+            w_hh = getattr(self.rnn, f"weight_hh_l{k}")
+            layers.append(LayerWeights(w_ih, b_ih, w_hh, getattr(self.rnn, f"bias_hh_l{k}")))
+        return layers
+
+    def step(
+        self,
+        weights: list[LayerWeights],
+        static_gates: Tensor,
+        dynamic: Tensor | None,
+        hidden: list[Tensor],
+        cell: list[Tensor] | None,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor] | None]:
+        """One time step of every layer.
+
+        static_gates (batch, gates * hidden) from project_static; dynamic (batch, dynamic_size) or None;
+        hidden, cell: one (batch, hidden) tensor per layer. Returns the top output and the new states.
+        """
+        new_hidden, new_cell = [], [] if cell is not None else None
+        x = dynamic
+        for k, w in enumerate(weights):
+            if k == 0:
+                gates_x = static_gates if w.w_ih is None else static_gates + F.linear(x, w.w_ih)
+            else:
+                x = F.dropout(x, self.dropout, self.training)
+                gates_x = F.linear(x, w.w_ih, w.b_ih)
+            gates_h = F.linear(hidden[k], w.w_hh, w.b_hh)
+            if self.is_lstm:
+                h, c = lstm_update(gates_x, gates_h, cell[k])
+                new_cell.append(c)
+            else:
+                h = gru_update(gates_x, gates_h, hidden[k])
+            new_hidden.append(h)
+            x = h
+        return x, new_hidden, new_cell
+
+
+def gru_update(gates_x: Tensor, gates_h: Tensor, h: Tensor) -> Tensor:
+    """h' = (1 - z) * n + z * h, n = tanh(x_n + r * h_n), r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z)."""
+    x_r, x_z, x_n = gates_x.chunk(3, dim=-1)
+    h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
+    r = torch.sigmoid(x_r + h_r)
+    z = torch.sigmoid(x_z + h_z)
+    n = torch.tanh(x_n + r * h_n)
+    return n + z * (h - n)
+
+
+def lstm_update(gates_x: Tensor, gates_h: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
+    """c' = f * c + i * g, h' = o * tanh(c') with PyTorch's gate order i, f, g, o."""
+    i, f, g, o = (gates_x + gates_h).chunk(4, dim=-1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c

@@ -1,0 +1,65 @@
+"""What flows between encoder, decoder and search: two small dataclasses of batch-first tensors.
+
+Beam search expands each sentence into k rows, reorders rows after every step and drops finished sentences;
+`index_select` along the batch dimension does all three, so every tensor here keeps batch as dim 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TypeVar
+
+from torch import Tensor
+
+T = TypeVar("T")
+
+
+def index_select_batch(obj: T, index: Tensor) -> T:
+    """A copy of dataclass `obj` with rows `index` of each tensor field (None fields stay None)."""
+    rows = {
+        f.name: getattr(obj, f.name).index_select(0, index)
+        for f in dataclasses.fields(obj)
+        if getattr(obj, f.name) is not None
+    }
+    return dataclasses.replace(obj, **rows)
+
+
+@dataclass
+class EncoderOutput:
+    """The encoded source, plus everything attention needs that does not depend on the decoder state.
+
+    annotations: h_j = [fwd h_j ; bwd h_j], (batch, src_len, annotation_size); zeros at padding.
+    mask: (batch, src_len) bool, True at real tokens.
+    final: (batch, annotation_size) the last state of each direction, [fwd h_T ; bwd h_1] (top layer).
+    keys: the attention keys computed once per batch (U_a h_j for additive scores, W_a h_j for `general`,
+          the annotations themselves for `dot`); None for attention `none`.
+    context: the fixed context c = tanh(V [fwd h_T ; bwd h_1]) of attention `none` (batch, annotation_size);
+             None otherwise.
+    """
+
+    annotations: Tensor
+    mask: Tensor
+    final: Tensor
+    keys: Tensor | None = None
+    context: Tensor | None = None
+
+    def index_select(self, index: Tensor) -> EncoderOutput:
+        return index_select_batch(self, index)
+
+
+@dataclass
+class DecoderState:
+    """The recurrent state after some target prefix.
+
+    hidden: (batch, decoder_layers, decoder_hidden) s_{i-1} (RNNsearch) or h_{t-1} (Luong) of each layer.
+    cell: (batch, decoder_layers, decoder_hidden) LSTM memory cells; None for GRU.
+    feed: (batch, decoder_hidden) Luong's previous attentional vector h~_{t-1} for input feeding; else None.
+    """
+
+    hidden: Tensor
+    cell: Tensor | None = None
+    feed: Tensor | None = None
+
+    def index_select(self, index: Tensor) -> DecoderState:
+        return index_select_batch(self, index)

@@ -1,0 +1,90 @@
+"""Figures: the paper's BLEU-against-sentence-length curve (Bahdanau et al. 2014, Fig. 2).
+
+Figures are built with matplotlib's object API on an Agg canvas (no pyplot global state, no display),
+so they draw the same on a headless server; files are written atomically, never half-drawn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .errors import UserError
+from .io import atomic_write
+
+IMAGE_FORMATS = ("png", "pdf", "svg")
+
+
+def save_figure(figure: Figure, path: str | Path) -> None:
+    """Write `figure` atomically; the format follows the extension (.png, .pdf or .svg)."""
+    kind = Path(path).suffix.lower().lstrip(".")
+    if kind not in IMAGE_FORMATS:
+        raise UserError(f"{path}: cannot tell the image format, use a .png, .pdf or .svg file name")
+    with atomic_write(path, "wb") as handle:
+        figure.savefig(handle, format=kind, dpi=150)
+
+
+def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray:
+    """A row field as floats, NaN where null (matplotlib leaves a gap there)."""
+    return np.array([np.nan if row[key] is None else row[key] for row in rows], dtype=float)
+
+
+def _tick_label(bucket: str, rows: list[dict[str, Any]]) -> str:
+    """'10-20\\nn=412', with every system's count if the merged reports disagree, '*' if few."""
+    counts = list(dict.fromkeys(str(row["count"]) for row in rows))
+    return f"{bucket}\nn={'/'.join(counts)}{'*' if any(row['few'] for row in rows) else ''}"
+
+
+def curve_figure(report: dict[str, Any]) -> Figure:
+    """BLEU per length bucket, one line per system, its 95% bootstrap interval as a band."""
+    buckets = [bucket["label"] for bucket in report["buckets"]]
+    if not buckets:
+        raise UserError("the report has no length buckets: evaluate with `seq2seq eval --by-length`")
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    x = np.arange(len(buckets))
+    by_bucket = []  # per system: {bucket label: row}
+    for system in report["systems"]:
+        rows = {row["bucket"]: row for row in system["rows"]}
+        by_bucket.append(rows)
+        ordered = [rows[bucket] for bucket in buckets]
+        overall = rows["all"]["bleu"]
+        (line,) = axes.plot(
+            x, _values(ordered, "bleu"), marker="o", label=f"{system['label']} (all: BLEU {overall:.2f})"
+        )
+        if report["bootstrap"]["resamples"]:
+            axes.fill_between(
+                x,
+                _values(ordered, "ci_low"),
+                _values(ordered, "ci_high"),
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
+    axes.set_xticks(x, [_tick_label(b, [rows[b] for rows in by_bucket]) for b in buckets])
+    axes.set_xlabel(f"{report['bucket_by'].capitalize()} sentence length (words)")
+    axes.set_ylabel("BLEU")
+    axes.set_ylim(bottom=0)
+    band = ", bands: 95% bootstrap CI" if report["bootstrap"]["resamples"] else ""
+    axes.set_title(f"BLEU by sentence length{band}")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    if any(rows[b]["few"] for rows in by_bucket for b in buckets):
+        axes.annotate(
+            f"* fewer than {report['min_bucket_size']} sentences",
+            xy=(1, 0),
+            xycoords="figure fraction",
+            ha="right",
+            va="bottom",
+            fontsize="small",
+        )
+    return figure
+
+
+def save_curve(report: dict[str, Any], path: str | Path) -> None:
+    save_figure(curve_figure(report), path)

@@ -1,0 +1,273 @@
+"""Batched beam search over (sentences x beams) in one tensor; greedy search is beam size 1.
+
+The source is encoded once; its annotations and precomputed attention keys are repeated k times (one row
+per beam) and reused at every step. Each step scores all k * V continuations of every sentence at once.
+
+Beams, as in the RNNsearch authors' GroundHog and its successors dl4mt / Nematus: a hypothesis that ends
+(emits EOS) leaves the beam and takes its slot with it, so a sentence that has finished f hypotheses keeps
+k - f open ones. Hence beam 1 is exactly greedy search (the same code, not a separate function), and every
+sentence ends with at most k finished hypotheses, so nbest <= beam.
+
+Stopping: a sentence stops when it has no open hypothesis left, when it reaches its maximum length (EOS is
+forced there), or when it has `nbest` finished hypotheses and no open one can still beat the nbest-th best
+of them under the chosen normalisation (see `score_bound`). A stopped sentence leaves the batch: its rows
+are dropped from the encoder output and the decoder state, so the remaining work shrinks.
+
+Scores: the log-probability of a hypothesis is the sum over its tokens and its EOS; its length L counts
+the tokens plus EOS. The score used for ranking is log p / lp(L) with lp = 1 (`none`), L (`average`) or
+((5 + L) / 6)^alpha (`gnmt`, Wu et al. 2016, eq. 14).
+
+Batch invariance: nothing in a sentence's search reads another sentence's rows: constraints, top-k,
+stopping and scores are per row; padding is masked by the model. Within a sentence, ties in top-k are
+resolved by the values of that sentence's row alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import DecodeConfig
+from .errors import UserError
+from .vocab import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Hypothesis:
+    """One translation of one sentence.
+
+    tokens: target ids without BOS / EOS. score: the normalised score used for ranking. log_prob: the sum
+    of the token and EOS log-probabilities. attention: (len(tokens) + 1, src_len + 1) weights, one row per
+    target token and EOS, one column per source token and the source EOS; None unless requested.
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+    attention: np.ndarray | None = None
+
+
+def check_decode_config(cfg: DecodeConfig) -> None:
+    """Impossible search settings as one-line errors naming the option and the config key."""
+    rules = [
+        (cfg.beam_size >= 1, f"--beam (decode.beam_size) must be >= 1, got {cfg.beam_size}"),
+        (cfg.nbest >= 1, f"--nbest (decode.nbest) must be >= 1, got {cfg.nbest}"),
+        (cfg.nbest <= cfg.beam_size,
+         f"--nbest (decode.nbest) = {cfg.nbest} exceeds --beam (decode.beam_size) = {cfg.beam_size}: "
+         "a beam of k finishes at most k hypotheses"),
+        (cfg.length_penalty in ("none", "average", "gnmt"),
+         f"--length-penalty (decode.length_penalty) must be none, average or gnmt, got {cfg.length_penalty!r}"),
+        (cfg.alpha >= 0, f"--alpha (decode.alpha) must be >= 0, got {cfg.alpha}"),
+        (cfg.max_len_a >= 0, f"--max-len-a (decode.max_len_a) must be >= 0, got {cfg.max_len_a}"),
+        (cfg.max_len_b >= 1, f"--max-len-b (decode.max_len_b) must be >= 1, got {cfg.max_len_b}"),
+        (cfg.min_len >= 0, f"--min-len (decode.min_len) must be >= 0, got {cfg.min_len}"),
+        (cfg.no_repeat_ngram >= 0, f"--no-repeat-ngram (decode.no_repeat_ngram) must be >= 0, "
+                                   f"got {cfg.no_repeat_ngram}"),
+        (cfg.batch_tokens >= 1, f"--batch-tokens (decode.batch_tokens) must be >= 1, got {cfg.batch_tokens}"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise UserError(message)
+
+
+def length_penalty(length: int, kind: str, alpha: float) -> float:
+    """The divisor lp(L) of a hypothesis' log-probability; L counts its tokens plus EOS."""
+    if kind == "none":
+        return 1.0
+    if kind == "average":
+        return float(length)
+    return ((5.0 + length) / 6.0) ** alpha  # GNMT, Wu et al. 2016, eq. 14
+
+
+def max_output_length(src_len: int, cfg: DecodeConfig) -> int:
+    """Most target tokens (EOS not counted) for a source of `src_len` tokens (its EOS not counted)."""
+    return int(cfg.max_len_a * src_len + cfg.max_len_b)
+
+
+def score_bound(open_log_prob: float, max_len: int, cfg: DecodeConfig) -> float:
+    """The best normalised score any completion of an open hypothesis can still reach.
+
+    Why this is sound for every normalisation: log-probabilities are <= 0, so a completion's log p' is
+    <= the open hypothesis' log p <= 0, and its length L' is at most max_len + 1 (EOS included). Its score
+    log p' / lp(L') is therefore <= log p / lp(L'), and since lp is positive and non-decreasing in L and
+    log p <= 0, that is largest for the largest lp, i.e. L' = max_len + 1. A shorter bound would be wrong:
+    with `average` or `gnmt` a hypothesis' normalised score can still rise as it grows (log p falls by
+    less than lp grows), so only the longest possible length bounds it.
+    """
+    return open_log_prob / length_penalty(max_len + 1, cfg.length_penalty, cfg.alpha)
+
+
+@torch.no_grad()
+def beam_search(model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig,
+                with_attention: bool = False) -> list[list[Hypothesis]]:
+    """The `cfg.nbest` best hypotheses of each sentence, best first.
+
+    src: (batch, src_len) source ids, each sentence ending in EOS, padded with PAD. src_lengths: (batch,)
+    including that EOS. The model must be in eval mode (see `translate_ids`).
+    """
+    batch, k = src.size(0), cfg.beam_size
+    device = src.device
+    src_len_list = src_lengths.tolist()
+    max_lens = [max_output_length(n - 1, cfg) for n in src_len_list]
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    alive = list(range(batch))  # the original index of each sentence still searching
+
+    beam_rows = torch.arange(batch, device=device).repeat_interleave(k)  # sentence of each row
+    enc = model.encode(src, src_lengths).index_select(beam_rows)  # every beam reads the same annotations
+    state = model.init_state(enc)
+    # log p of each open hypothesis (sentences, k); -inf marks an empty slot. Only one beam at the start,
+    # so that the k copies of BOS do not produce k identical hypotheses.
+    log_p = torch.full((batch, k), NEG_INF, device=device)
+    log_p[:, 0] = 0.0
+    tokens = torch.empty((batch * k, 0), dtype=torch.long, device=device)  # (rows, step)
+    history = src.new_zeros((batch * k, 0, src.size(1)), dtype=torch.float) if with_attention else None
+    y_prev = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
+    max_len_rows = torch.tensor(max_lens, device=device).repeat_interleave(k)  # (rows,)
+
+    step = 0
+    while alive:
+        n = len(alive)
+        step_log_probs, state, attention = model.step(enc, state, y_prev)  # (rows, V), _, (rows, src_len)
+        step_log_probs = constrain(step_log_probs.float(), step, tokens, max_len_rows, cfg)
+        vocab_size = step_log_probs.size(1)
+        # Every continuation of every open hypothesis of a sentence: (sentences, k * V).
+        candidates = (log_p.view(-1, 1) + step_log_probs).view(n, k * vocab_size)
+        top_log_p, top_index = candidates.topk(k, dim=1)  # (sentences, k), best first
+        origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # slot the candidate extends
+        next_token = top_index % vocab_size
+        source_rows = (torch.arange(n, device=device) * k).unsqueeze(1) + origin  # (sentences, k) row ids
+
+        # A sentence with f finished hypotheses keeps only its k - f best candidates.
+        open_slots = torch.tensor([k - len(finished[s]) for s in alive], device=device)
+        taken = (torch.arange(k, device=device) < open_slots.unsqueeze(1)) & torch.isfinite(top_log_p)
+        ends = taken & (next_token == EOS_ID)
+        for a, j in ends.nonzero().tolist():
+            row = int(source_rows[a, j])
+            sentence = alive[a]
+            words = tokens[row].tolist()
+            lp = float(top_log_p[a, j])
+            weights = None
+            if with_attention:
+                src_len = src_len_list[sentence]
+                weights = torch.cat([history[row], attention[row : row + 1]])[:, :src_len].cpu().numpy()
+            score = lp / length_penalty(len(words) + 1, cfg.length_penalty, cfg.alpha)
+            finished[sentence].append(Hypothesis(words, score, lp, weights))
+        log_p = top_log_p.masked_fill(~(taken & ~ends), NEG_INF)
+
+        keep = [a for a, best in enumerate(log_p.max(dim=1).values.tolist())
+                if not _is_done(finished[alive[a]], best, max_lens[alive[a]], cfg)]
+        keep_index = torch.tensor(keep, dtype=torch.long, device=device)
+        rows = source_rows.index_select(0, keep_index).view(-1)  # new row order, in old row ids
+        if len(keep) < n:  # finished sentences leave the batch
+            kept_rows = ((keep_index * k).unsqueeze(1) + torch.arange(k, device=device)).view(-1)
+            enc = enc.index_select(kept_rows)
+            max_len_rows = max_len_rows.index_select(0, kept_rows)
+            alive = [alive[a] for a in keep]
+        log_p = log_p.index_select(0, keep_index)
+        y_prev = next_token.index_select(0, keep_index).view(-1)
+        if not alive:
+            break
+        state = state.index_select(rows)
+        tokens = torch.cat([tokens.index_select(0, rows), y_prev.unsqueeze(1)], dim=1)
+        if with_attention:
+            history = torch.cat([history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)],
+                                dim=1)
+        step += 1
+
+    return [_best(hyps, cfg.nbest) for hyps in finished]
+
+
+def constrain(log_probs: Tensor, step: int, tokens: Tensor, max_len_rows: Tensor, cfg: DecodeConfig) -> Tensor:
+    """Forbid what a hypothesis may not do next: PAD and BOS always, EOS before `min_len` tokens, anything
+    but EOS at the maximum length, and tokens that would repeat an n-gram. log_probs: (rows, V)."""
+    vocab_ids = torch.arange(log_probs.size(1), device=log_probs.device)
+    forbidden = (vocab_ids == PAD_ID) | (vocab_ids == BOS_ID)  # (V,)
+    forbidden = forbidden.expand_as(log_probs)
+    if step < cfg.min_len:
+        forbidden = forbidden | (vocab_ids == EOS_ID)
+    if cfg.no_repeat_ngram:
+        forbidden = forbidden | repeated_ngrams(tokens, cfg.no_repeat_ngram, log_probs.size(1))
+    at_max = (max_len_rows <= step).unsqueeze(1)  # (rows, 1): only EOS is left, whatever min_len says
+    forbidden = torch.where(at_max, vocab_ids != EOS_ID, forbidden)
+    return log_probs.masked_fill(forbidden, NEG_INF)
+
+
+def repeated_ngrams(tokens: Tensor, n: int, vocab_size: int) -> Tensor:
+    """(rows, V) True where the next token would complete an n-gram already present in the row's tokens."""
+    rows, length = tokens.shape
+    banned = torch.zeros((rows, vocab_size), dtype=torch.bool, device=tokens.device)
+    if length < n:  # no complete n-gram yet (the one to be completed needs n - 1 tokens plus an earlier one)
+        return banned
+    grams = tokens.unfold(1, n, 1)  # (rows, length - n + 1, n)
+    context = tokens[:, length - n + 1 :]  # the last n - 1 tokens: (rows, n - 1)
+    matches = (grams[:, :, :-1] == context.unsqueeze(1)).all(dim=2)  # (rows, length - n + 1)
+    row, position = matches.nonzero(as_tuple=True)
+    banned[row, grams[row, position, -1]] = True
+    return banned
+
+
+def _is_done(finished: list[Hypothesis], best_open: float, max_len: int, cfg: DecodeConfig) -> bool:
+    if best_open == NEG_INF:  # no open hypothesis left (all ended, or the maximum length forced EOS)
+        return True
+    if len(finished) < cfg.nbest:
+        return False
+    nth_best = sorted((h.score for h in finished), reverse=True)[cfg.nbest - 1]
+    return score_bound(best_open, max_len, cfg) <= nth_best
+
+
+def _best(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
+    """Best first; a sentence whose every continuation was forbidden gets one empty, -inf hypothesis."""
+    ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
+    return ranked or [Hypothesis([], NEG_INF, NEG_INF)]
+
+
+def translate_ids(model, src_ids: Sequence[Sequence[int]], decode_cfg: DecodeConfig, device: torch.device | str,
+                  batch_tokens: int | None = None, with_attention: bool = False) -> list[list[Hypothesis]]:
+    """Search every source sentence (ids without EOS); the n-best lists come back in input order.
+
+    Sentences are sorted by length and cut into batches of at most `batch_tokens` padded source tokens
+    (default `decode_cfg.batch_tokens`) so little work is spent on padding; the model is put in eval mode
+    for the call and restored afterwards.
+    """
+    check_decode_config(decode_cfg)
+    budget = batch_tokens or decode_cfg.batch_tokens
+    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
+    results: list[list[Hypothesis]] = [[] for _ in src_ids]
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget):
+            src, lengths = pad_sources([src_ids[i] for i in batch], device)
+            for i, hyps in zip(batch, beam_search(model, src, lengths, decode_cfg, with_attention), strict=True):
+                results[i] = hyps
+    finally:
+        model.train(was_training)
+    return results
+
+
+def _length_batches(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    """Cut `order` (longest first) so that sentences x longest length <= budget (at least one sentence)."""
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+def pad_sources(sequences: Sequence[Sequence[int]], device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """(batch, longest + 1) ids with EOS appended (as in training) and PAD after; lengths include EOS."""
+    lengths = [len(s) + 1 for s in sequences]
+    src = torch.full((len(sequences), max(lengths)), PAD_ID, dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        src[row, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
+        src[row, len(ids)] = EOS_ID
+    return src.to(device), torch.tensor(lengths, dtype=torch.long, device=device)

@@ -1,0 +1,535 @@
+"""`seq2seq train`: the training loop a researcher can leave running for days.
+
+The loop, in order: prepare data and vocabulary (idempotent), build or resume the run, then repeat
+  batch -> forward (bf16 autocast on GPU) -> cross-entropy -> backward -> clip -> guarded update
+with validation (dev loss, perplexity, BLEU) every `validate_every` updates, best-K checkpoints, early
+stopping, and `latest.pt` for exact resume. A checkpoint holds everything the next update depends on
+(weights, optimiser, schedule, RNG states, data position), so a run killed at any point and resumed
+reaches step N with the same parameters as an uninterrupted run (CPU, same thread count).
+
+The hot loop never waits for the GPU except at logging intervals: losses and the non-finite counters
+stay on the device, and fused optimisers skip non-finite updates by themselves (see optim.py).
+Under `torchrun`, each rank trains on its own shard of every epoch's batches (DDP all-reduces gradients),
+and only rank 0 validates, logs and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from . import console
+from .batching import BatchStream
+from .checkpoint import BEST, LATEST, checkpoint_dir, load_checkpoint, point_best, save_checkpoint
+from .config import Config, to_dict, to_yaml
+from .data.prepare import prepare_data
+from .errors import UserError
+from .io import write_text
+from .model import build_model
+from .optim import FUSED, Schedule, build_optimizer, step_optimizer
+from .validate import validate
+from .vocab import PAD_ID, Vocab, build_cache, build_vocab, load_cache
+
+# Config sections that fix what a checkpoint means; changing them makes a resume meaningless.
+RESUME_CRITICAL = ("data", "vocab", "model")
+
+
+@dataclass
+class Ranks:
+    """Where this process sits in a (possibly single-process) DDP job."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass
+class Progress:
+    """Counters that survive a resume."""
+
+    step: int = 0
+    elapsed: float = 0.0  # training seconds before this process started
+    history: list[dict[str, Any]] = field(default_factory=list)  # one dict per validation
+    kept: list[dict[str, Any]] = field(default_factory=list)  # best-K checkpoints: {"step", "metric", "file"}
+    bad_validations: int = 0
+    skipped_updates: int = 0
+
+
+def train(config: Config, resume: bool = False, stop_after: int | None = None) -> Path:
+    """Train `config` into its run directory and return that directory.
+
+    `stop_after` ends the process after that many updates in this invocation (tests use it to simulate
+    an interruption).
+    """
+    ranks = _init_distributed(config)
+    device = _pick_device(config, ranks)
+    run_dir = config.run_dir
+    if ranks.is_main:
+        vocab = _prepare_inputs(config)
+    _barrier(ranks)
+    if not ranks.is_main:
+        vocab = Vocab.load(config.data_dir / "vocab")
+
+    latest = checkpoint_dir(run_dir) / LATEST
+    state = None
+    if latest.is_file():
+        state = load_checkpoint(latest)
+        _check_resumable(state, config, vocab, latest)
+    elif resume:
+        raise UserError(f"{run_dir}: --resume given but the run has no checkpoint ({latest})")
+
+    _seed_everything(config.seed + ranks.rank)
+    model = build_model(config.model, vocab.src_size, vocab.tgt_size).to(device)
+    optimizer = build_optimizer(list(model.parameters()), config.train)
+    schedule = Schedule(optimizer, config.train)
+    stream = BatchStream(
+        load_cache(config.data_dir / "vocab", "train"),
+        config.train.batch_type,
+        config.train.batch_size,
+        config.train.max_len,
+        config.train.bucket_pool,
+        config.seed,
+        ranks.rank,
+        ranks.world_size,
+        pin=device.type == "cuda",
+    )
+    if len(stream) == 0:
+        raise UserError(
+            f"{config.data_dir}: no training pair fits train.max_len={config.train.max_len} "
+            "and the batch size; raise train.max_len or train.batch_size"
+        )
+    progress = Progress()
+    if state is not None:
+        progress = _restore(state, model, optimizer, schedule, stream, ranks)
+    if ranks.is_main:
+        _init_run_dir(run_dir, config, vocab, progress.step)
+        console.info(
+            f"{'resuming' if state else 'training'} {run_dir} at step {progress.step} on {device} "
+            f"({sum(p.numel() for p in model.parameters()):,} parameters, {len(stream)} batches/epoch)"
+        )
+
+    trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, device, ranks, run_dir)
+    try:
+        trainer.run(stop_after)
+    finally:
+        if ranks.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+    return run_dir
+
+
+# ----------------------------------------------------------------------------------------------------------
+# set-up
+
+
+def _init_distributed(config: Config) -> Ranks:
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return Ranks()
+    ranks = Ranks(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        use_cuda = config.train.device != "cpu" and torch.cuda.is_available()
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return ranks
+
+
+def _barrier(ranks: Ranks) -> None:
+    if ranks.world_size > 1:
+        dist.barrier()
+
+
+def _pick_device(config: Config, ranks: Ranks) -> torch.device:
+    wanted = config.train.device
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise UserError("train.device is 'cuda' but no CUDA device is available")
+    if wanted == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(ranks.local_rank)
+    return torch.device("cuda", ranks.local_rank)
+
+
+def _prepare_inputs(config: Config) -> Vocab:
+    """Data, vocabulary and token cache: each step does no work when already up to date."""
+    prepare_data(config)
+    vocab = build_vocab(config)
+    build_cache(config, vocab)
+    return vocab
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _init_run_dir(run_dir: Path, config: Config, vocab: Vocab, step: int) -> None:
+    """Resolved config and a private copy of the vocabulary, so the run directory is self-contained."""
+    checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    write_text(run_dir / "config.yaml", to_yaml(config))
+    target = run_dir / "vocab"
+    if not target.is_dir() or Vocab.load(target).fingerprint() != vocab.fingerprint():
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(vocab.directory, target, ignore=shutil.ignore_patterns("cache"))
+    _truncate_metrics(run_dir / "metrics.jsonl", step)
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """On resume, forget records logged after the checkpoint: they will be logged again."""
+    if not path.is_file():
+        return
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line).get("step", 0) <= step
+    ]
+    write_text(path, "".join(line + "\n" for line in kept))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# checkpoints and resume
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _check_resumable(state: dict, config: Config, vocab: Vocab, path: Path) -> None:
+    if state.get("vocab_fingerprint") != vocab.fingerprint():
+        raise UserError(
+            f"{path}: cannot resume: the vocabulary changed since this checkpoint was written "
+            "(train into a new run directory)"
+        )
+    old = _flatten({k: state["config"][k] for k in RESUME_CRITICAL})
+    new = _flatten({k: to_dict(config)[k] for k in RESUME_CRITICAL})
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if changed:
+        first = changed[0]
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise UserError(
+            f"{path}: cannot resume: config changed: {first} was {old.get(first)!r}, now "
+            f"{new.get(first)!r}{more} (train into a new run directory)"
+        )
+
+
+def _rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _restore(
+    state: dict, model, optimizer, schedule: Schedule, stream: BatchStream, ranks: Ranks
+) -> Progress:
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    if len(state["data"]) != ranks.world_size:
+        raise UserError(f"cannot resume a run of {len(state['data'])} processes with {ranks.world_size}")
+    stream.load_state_dict(state["data"][ranks.rank])
+    _set_rng_state(state["rng"][ranks.rank])
+    return Progress(**state["progress"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the loop
+
+
+class _Loop:
+    def __init__(
+        self,
+        config: Config,
+        model,
+        optimizer,
+        schedule: Schedule,
+        stream: BatchStream,
+        progress: Progress,
+        vocab: Vocab,
+        device: torch.device,
+        ranks: Ranks,
+        run_dir: Path,
+    ) -> None:
+        self.config, self.cfg = config, config.train
+        self.model, self.optimizer, self.schedule, self.stream = model, optimizer, schedule, stream
+        self.progress, self.vocab, self.device, self.ranks, self.run_dir = (
+            progress,
+            vocab,
+            device,
+            ranks,
+            run_dir,
+        )
+        self.fused = self.cfg.optimizer in FUSED
+        self.bf16 = self.cfg.precision == "bf16" or (self.cfg.precision == "auto" and device.type == "cuda")
+        self.net = model
+        if ranks.world_size > 1:
+            ids = [device.index] if device.type == "cuda" else None
+            self.net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        if self.cfg.compile:
+            self.net = torch.compile(self.net)
+        self.stop_signal: int | None = None
+        self.started = time.monotonic()
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return self.progress.elapsed + time.monotonic() - self.started
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.ranks.is_main:
+            return
+        record = {"step": self.progress.step, "time": round(self.elapsed(), 2), **record}
+        with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        line = " ".join(f"{k}={_fmt(v)}" for k, v in record.items())
+        with open(self.run_dir / "train.log", "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        if self.bar.disable:
+            console.info(line)
+
+    def out_of_budget(self) -> str | None:
+        cfg, step = self.cfg, self.progress.step
+        if cfg.max_steps and step >= cfg.max_steps:
+            return f"reached train.max_steps={cfg.max_steps}"
+        if cfg.max_epochs and self.stream.epoch >= cfg.max_epochs:
+            return f"reached train.max_epochs={cfg.max_epochs}"
+        if cfg.max_minutes and self.elapsed() >= cfg.max_minutes * 60:
+            return f"reached train.max_minutes={cfg.max_minutes}"
+        return None
+
+    # -- one update -------------------------------------------------------------------------------------
+
+    def update(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """One guarded update; returns (summed token loss, bad flag) as device tensors (no sync)."""
+        self.net.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.net(batch.src, batch.src_lengths, batch.tgt_in)  # (batch, tgt_len, vocab)
+        loss_sum = F.cross_entropy(
+            logits.float().flatten(0, 1),
+            batch.tgt_out.flatten(),
+            ignore_index=PAD_ID,
+            reduction="sum",
+            label_smoothing=self.cfg.label_smoothing,
+        )
+        (loss_sum / batch.n_tokens).backward()
+        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        bad = (~(torch.isfinite(loss_sum) & torch.isfinite(norm))).float()
+        step_optimizer(self.optimizer, bad, self.fused)
+        return loss_sum.detach(), bad
+
+    # -- main loop --------------------------------------------------------------------------------------
+
+    def run(self, stop_after: int | None) -> None:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.bar = console.progress(
+            total=self.cfg.max_steps or None,
+            initial=self.progress.step,
+            unit="step",
+            disable=None if self.ranks.is_main else True,
+        )
+        try:
+            self._run(stop_after)
+        finally:
+            self.bar.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _run(self, stop_after: int | None) -> None:
+        cfg, progress = self.cfg, self.progress
+        window_loss = torch.zeros((), device=self.device)
+        window_tokens = torch.zeros((), device=self.device)  # target tokens of the updates not skipped
+        bad_total = torch.zeros((), device=self.device)
+        bad_run = torch.zeros((), device=self.device)  # consecutive non-finite updates
+        tokens = padded = real = 0
+        window_start = time.monotonic()
+        reason = self.out_of_budget()
+        for updates_here, batch in enumerate(self.stream, start=1):
+            if reason:
+                break
+            rate = self.schedule.set_step(progress.step)
+            loss_sum, bad = self.update(batch.to(self.device))
+            window_loss += loss_sum * (1 - bad)
+            window_tokens += batch.n_tokens * (1 - bad)
+            bad_total += bad
+            bad_run = (bad_run + bad) * bad
+            tokens += batch.n_tokens
+            real += batch.n_tokens + int(batch.src_lengths.sum())
+            padded += batch.n_padded
+            progress.step += 1
+            self.bar.update(1)
+
+            if progress.step % cfg.log_every == 0:  # the only host-device synchronisation point
+                skipped = int(bad_total.item())
+                seconds = time.monotonic() - window_start
+                loss = window_loss.item() / max(window_tokens.item(), 1.0)
+                progress.skipped_updates += skipped
+                self.log(
+                    {
+                        "loss": loss,
+                        "ppl": math.exp(min(loss, 50)),
+                        "lr": rate,
+                        "tokens_per_s": tokens / max(seconds, 1e-9),
+                        "padding": 1 - real / max(padded, 1),
+                        "epoch": self.stream.epoch,
+                        "skipped": progress.skipped_updates,
+                    }
+                )
+                self.bar.set_postfix(loss=f"{loss:.3f}", lr=f"{rate:.2e}", tok_s=f"{tokens / seconds:.0f}")
+                if bad_run.item() >= cfg.max_nonfinite:
+                    self.save_latest()
+                    raise UserError(
+                        f"{int(bad_run.item())} consecutive updates had a non-finite loss or "
+                        "gradient; lower train.learning_rate or set train.clip_norm"
+                    )
+                window_loss.zero_()
+                window_tokens.zero_()
+                bad_total.zero_()
+                tokens = padded = real = 0
+                window_start = time.monotonic()
+
+            reason = self.out_of_budget()
+            if progress.step % cfg.validate_every == 0 or reason:
+                if self.validate_and_save():
+                    reason = f"early stopping: no improvement in {cfg.patience} validations"
+            elif cfg.checkpoint_every and progress.step % cfg.checkpoint_every == 0:
+                self.save_latest()
+            if self.stop_signal is not None:
+                self.save_latest()
+                console.info(
+                    f"stopped by signal {self.stop_signal}; checkpoint saved at step {progress.step}"
+                )
+                raise KeyboardInterrupt(
+                    f"signal {self.stop_signal}: checkpoint saved at step {progress.step}"
+                )
+            if stop_after is not None and updates_here >= stop_after:
+                return
+        if reason and self.ranks.is_main:
+            console.info(
+                f"done: {reason} (step {progress.step}); best checkpoint: "
+                f"{checkpoint_dir(self.run_dir) / BEST}"
+            )
+
+    def _on_signal(self, signum: int, frame) -> None:  # noqa: ARG002
+        self.stop_signal = signum
+
+    # -- validation and checkpoints ---------------------------------------------------------------------
+
+    def validate_and_save(self) -> bool:
+        """Validate (rank 0), keep best-K checkpoints, write latest; return True when patience ran out."""
+        stop = [False]
+        if self.ranks.is_main:
+            stop[0] = self._validate_main()
+        if self.ranks.world_size > 1:
+            dist.broadcast_object_list(stop, src=0)
+        return stop[0]
+
+    def _validate_main(self) -> bool:
+        cfg, progress = self.cfg, self.progress
+        result = validate(self.model, self.config, self.vocab, self.device, self.bf16)
+        self.log({f"valid_{k}": v for k, v in result.items()})
+        metric = result[cfg.early_stop_metric]
+        higher = cfg.early_stop_metric == "bleu"
+        best = max if higher else min
+        improved = not progress.history or metric == best(
+            metric, *(h[cfg.early_stop_metric] for h in progress.history)
+        )
+        progress.history.append({"step": progress.step, **result})
+        progress.bad_validations = 0 if improved else progress.bad_validations + 1
+        self.schedule.validated(metric, higher)
+        self._keep_best(metric, higher)
+        self.save_latest()
+        return bool(cfg.patience) and progress.bad_validations >= cfg.patience
+
+    def _keep_best(self, metric: float, higher: bool) -> None:
+        folder = checkpoint_dir(self.run_dir)
+        kept = self.progress.kept
+        ranked = sorted(
+            kept + [{"step": self.progress.step, "metric": metric}],
+            key=lambda k: (-k["metric"] if higher else k["metric"], k["step"]),
+        )
+        if ranked.index(next(k for k in ranked if k["step"] == self.progress.step)) >= self.cfg.keep_best:
+            return
+        path = folder / f"step-{self.progress.step}.pt"
+        save_checkpoint(path, self.payload())
+        survivors = ranked[: self.cfg.keep_best]
+        point_best(folder, folder / f"step-{survivors[0]['step']}.pt")
+        for gone in (k for k in kept if k not in survivors):
+            (folder / f"step-{gone['step']}.pt").unlink(missing_ok=True)
+        self.progress.kept = [{"step": k["step"], "metric": k["metric"]} for k in survivors]
+
+    def payload(self) -> dict[str, Any]:
+        rng = [_rng_state()]
+        data = [self.stream.state_dict()]
+        if self.ranks.world_size > 1:
+            rng, data = self._gather(rng[0]), self._gather(data[0])
+        return {
+            "format": 1,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(),
+            "rng": rng,
+            "data": data,
+            "progress": {**vars(self.progress), "elapsed": self.elapsed()},
+            "step": self.progress.step,
+            "config": to_dict(self.config),
+            "vocab_fingerprint": self.vocab.fingerprint(),
+        }
+
+    def _gather(self, item: Any) -> list[Any]:
+        items: list[Any] = [None] * self.ranks.world_size
+        dist.all_gather_object(items, item)
+        return items
+
+    def save_latest(self) -> None:
+        payload = self.payload()  # every rank takes part in the gathers
+        if self.ranks.is_main:
+            save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, payload)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise UserError(f"{run_dir}: no metrics.jsonl (is it a run directory?)")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -1,0 +1,188 @@
+"""The `seq2seq translate` pipeline: raw lines -> sentencepiece ids -> beam search -> detokenised text.
+
+The contract is one output line per input line, in input order, whatever bytes come in:
+- a line is what ends in "\\n" (a last line without it counts too); a trailing "\\r" is dropped;
+- bytes are decoded as UTF-8, invalid sequences become U+FFFD;
+- control characters (NUL, tab, ...) and Unicode line / paragraph separators become spaces, in the input
+  (so they never reach the model) and in the output (so they can never split a line downstream);
+- empty or whitespace-only lines give empty output lines without running the model;
+- a source longer than `max_src_tokens` pieces (default DEFAULT_MAX_SRC_TOKENS) is cut to that many, and
+  only that part is translated: search time and memory grow with the source length (attention reads every
+  piece at every step, and the output may be max_len_a * length + max_len_b tokens long).
+Input is read in chunks of lines; each chunk is translated (sorted by length inside for speed) and its
+output written and flushed before the next chunk is read, so translation streams through a pipe.
+
+Output formats (`format_rows`):
+- default: the best translation;
+- with scores: `score<TAB>translation`, the normalised model score with 4 decimals (0 for empty lines);
+- with nbest > 1: rows `index<TAB>rank<TAB>score<TAB>translation`, index the 0-based input line, rank
+  1..nbest best first; an empty input line gives a single row (rank 1, score 0, empty translation).
+
+UNK replacement (Jean et al. 2015; Luong et al. 2015): each generated <unk> becomes the source word that
+holds the most attended source piece at that step (the source EOS is not a candidate), translated through
+a dictionary (TSV: source word<TAB>target word) when it has the word, copied otherwise.
+
+Attention files: for input line i (0-based, non-empty lines only), `<dir>/<i:06d>.png`, a heat map of the
+best hypothesis, and `<dir>/<i:06d>.json`: {"index", "source": pieces + </s>, "target": pieces + </s>,
+"attention": one row per target piece, one column per source piece}.
+"""
+
+from __future__ import annotations
+
+import itertools
+import unicodedata
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import torch
+
+from .config import DecodeConfig
+from .console import progress
+from .errors import UserError
+from .heatmap import draw_attention
+from .io import read_lines, write_json
+from .search import Hypothesis, check_decode_config, translate_ids
+from .vocab import UNK_ID, WORD_BOUNDARY, Vocab
+
+DEFAULT_MAX_SRC_TOKENS = 256
+CHUNK_LINES = 1000  # lines translated together when reading a file or a pipe (1 on a terminal)
+EOS_PIECE = "</s>"
+_BREAKING = {"Cc", "Zl", "Zp"}  # control characters, line and paragraph separators
+
+
+def decode_lines(handle: BinaryIO) -> Iterator[str]:
+    """Lines of a byte stream split on "\\n" only, decoded as UTF-8 with invalid bytes replaced."""
+    for raw in handle:
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        yield raw.decode("utf-8", errors="replace")
+
+
+def clean(text: str) -> str:
+    """`text` with control characters and line separators turned into spaces, stripped."""
+    if not text.isprintable():
+        text = "".join(" " if unicodedata.category(c) in _BREAKING else c for c in text)
+    return text.strip()
+
+
+def load_dictionary(path: str | Path) -> dict[str, str]:
+    """A `source word<TAB>target word` file (blank lines skipped; the first entry of a word wins)."""
+    entries: dict[str, str] = {}
+    for number, line in enumerate(read_lines(path), start=1):
+        if not line.strip():
+            continue
+        source, tab, target = line.partition("\t")
+        if not tab or not source.strip() or not target.strip():
+            raise UserError(f"{path}:{number}: expected `source word<TAB>target word`, got {line[:60]!r}")
+        entries.setdefault(source.strip(), target.strip())
+    return entries
+
+
+def piece_words(pieces: Sequence[str]) -> list[str]:
+    """For each source piece, the whitespace word it belongs to: ['▁new', 'ton'] -> ['newton', 'newton']."""
+    words: list[str] = []
+    owner: list[int] = []
+    for piece in pieces:
+        if piece.startswith(WORD_BOUNDARY) or not words:
+            words.append("")
+        words[-1] += piece.removeprefix(WORD_BOUNDARY)
+        owner.append(len(words) - 1)
+    return [words[i] for i in owner]
+
+
+@dataclass
+class Translation:
+    """One input line: the source pieces the model read (without </s>; only when attention was kept) and
+    the n-best hypotheses with their detokenised texts, best first (both empty for an empty line)."""
+
+    src_pieces: list[str]
+    hypotheses: list[Hypothesis]
+    texts: list[str]
+
+
+class Translator:
+    """A trained model, its vocabulary and the search settings, applied to lists of raw lines."""
+
+    def __init__(self, model, vocab: Vocab, decode_cfg: DecodeConfig, device: torch.device | str,
+                 max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS, with_attention: bool = False) -> None:
+        check_decode_config(decode_cfg)
+        if max_src_tokens < 1:
+            raise UserError(f"--max-src-tokens must be >= 1, got {max_src_tokens}")
+        self.model, self.vocab, self.cfg, self.device = model, vocab, decode_cfg, device
+        self.max_src_tokens = max_src_tokens
+        self.with_attention = with_attention or decode_cfg.replace_unk
+        use_dictionary = decode_cfg.replace_unk and decode_cfg.unk_dictionary
+        self.dictionary = load_dictionary(decode_cfg.unk_dictionary) if use_dictionary else {}
+
+    def translate(self, lines: Sequence[str]) -> list[Translation]:
+        """One Translation per line, in order."""
+        texts = [clean(line) for line in lines]
+        todo = [i for i, text in enumerate(texts) if text]
+        ids = [seq[: self.max_src_tokens] for seq in self.vocab.encode_src([texts[i] for i in todo])] if todo else []
+        todo, ids = [i for i, seq in zip(todo, ids) if seq], [seq for seq in ids if seq]  # normalised away
+        results = [Translation([], [], []) for _ in lines]
+        searched = translate_ids(self.model, ids, self.cfg, self.device, with_attention=self.with_attention)
+        for i, nbest in zip(todo, searched, strict=True):
+            pieces = self.vocab.src_pieces(texts[i])[: self.max_src_tokens] if self.with_attention else []
+            results[i] = Translation(pieces, nbest, [self.detokenize(hyp, pieces) for hyp in nbest])
+        return results
+
+    def detokenize(self, hyp: Hypothesis, src_pieces: list[str]) -> str:
+        if not (self.cfg.replace_unk and UNK_ID in hyp.tokens):
+            return clean(self.vocab.decode_tgt(hyp.tokens))
+        words = piece_words(src_pieces)
+        parts, start = [], 0
+        for position, token in enumerate(hyp.tokens):
+            if token == UNK_ID:
+                parts.append(self.vocab.decode_tgt(hyp.tokens[start:position]))
+                # the attention row of this step, over the real source pieces (the last column is </s>)
+                word = words[int(np.argmax(hyp.attention[position, : len(words)]))]
+                parts.append(self.dictionary.get(word, word))
+                start = position + 1
+        parts.append(self.vocab.decode_tgt(hyp.tokens[start:]))
+        return clean(" ".join(part for part in parts if part))
+
+    def write_attention(self, folder: Path, index: int, translation: Translation) -> None:
+        """The best hypothesis' heat map and matrix for input line `index`."""
+        hyp = translation.hypotheses[0]
+        if hyp.attention is None:  # every continuation was forbidden: nothing was attended
+            return
+        source = [*translation.src_pieces, EOS_PIECE]
+        target = [*self.vocab.tgt_pieces(hyp.tokens), EOS_PIECE]
+        write_json(folder / f"{index:06d}.json", {
+            "index": index, "source": source, "target": target,
+            "attention": np.round(hyp.attention.astype(np.float64), 5).tolist(),
+        })
+        draw_attention(folder / f"{index:06d}.png", hyp.attention, source, target)
+
+
+def format_rows(index: int, translation: Translation, nbest: int, scores: bool) -> list[str]:
+    """The output line(s) of one input line (see the module docstring for the formats)."""
+    pairs = list(zip(translation.hypotheses, translation.texts)) or [(None, "")]
+    score = lambda hyp: f"{hyp.score if hyp is not None else 0.0:.4f}"  # noqa: E731
+    if nbest > 1:
+        return [f"{index}\t{rank}\t{score(hyp)}\t{text}" for rank, (hyp, text) in enumerate(pairs, start=1)]
+    hyp, text = pairs[0]
+    return [f"{score(hyp)}\t{text}" if scores else text]
+
+
+def translate_stream(translator: Translator, source: BinaryIO, sink: BinaryIO, scores: bool = False,
+                     attention_dir: Path | None = None, chunk_lines: int = CHUNK_LINES) -> int:
+    """Translate every line of `source` into `sink`, flushing after each chunk; returns the line count."""
+    if attention_dir is not None:
+        attention_dir.mkdir(parents=True, exist_ok=True)
+    lines = decode_lines(source)
+    count = 0
+    with progress(unit=" lines", desc="translate") as bar:
+        while chunk := list(itertools.islice(lines, chunk_lines)):
+            for offset, translation in enumerate(translator.translate(chunk)):
+                rows = format_rows(count + offset, translation, translator.cfg.nbest, scores)
+                sink.write("".join(row + "\n" for row in rows).encode("utf-8"))
+                if attention_dir is not None and translation.hypotheses:
+                    translator.write_attention(attention_dir, count + offset, translation)
+            sink.flush()
+            count += len(chunk)
+            bar.update(len(chunk))
+    return count

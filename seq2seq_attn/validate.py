@@ -1,0 +1,66 @@
+"""Validation during training: dev loss / perplexity by teacher forcing, and dev BLEU by decoding.
+
+BLEU is sacrebleu on detokenised text against the raw reference lines of `valid.tgt`, exactly as a user
+would score the final system, so the number that picks the best checkpoint is the number reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import sacrebleu
+import torch
+import torch.nn.functional as F
+
+from .batching import collate, cut_batches
+from .config import Config
+from .io import read_lines
+from .search import translate_ids
+from .vocab import PAD_ID, Vocab, load_cache
+
+
+@torch.no_grad()
+def validate(model, config: Config, vocab: Vocab, device: torch.device, bf16: bool) -> dict[str, float]:
+    """Return {"loss", "ppl", "bleu"} on the dev set (BLEU 0.0 when train.valid_bleu is off)."""
+    was_training = model.training
+    model.eval()
+    try:
+        cache = load_cache(config.data_dir / "vocab", "valid")
+        count = len(cache.src)
+        if config.train.valid_max_sentences:
+            count = min(count, config.train.valid_max_sentences)
+        loss = _dev_loss(model, cache, count, config, device, bf16)
+        bleu = _dev_bleu(model, cache, count, config, vocab, device) if config.train.valid_bleu else 0.0
+    finally:
+        model.train(was_training)
+    return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu}
+
+
+def _dev_loss(model, cache, count: int, config: Config, device: torch.device, bf16: bool) -> float:
+    src_lengths = np.asarray(cache.src.lengths[:count])
+    tgt_lengths = np.asarray(cache.tgt.lengths[:count])
+    order = np.lexsort((tgt_lengths, src_lengths))
+    total, tokens = 0.0, 0
+    for examples in cut_batches(
+        order, src_lengths, tgt_lengths, config.train.batch_type, config.train.batch_size
+    ):
+        batch = collate([cache.src[i] for i in examples], [cache.tgt[i] for i in examples]).to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
+        total += F.cross_entropy(
+            logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
+        ).item()
+        tokens += batch.n_tokens
+    return total / max(tokens, 1)
+
+
+def _dev_bleu(model, cache, count: int, config: Config, vocab: Vocab, device: torch.device) -> float:
+    sources = [list(map(int, cache.src[i])) for i in range(count)]
+    references = list(itertools.islice(read_lines(config.data_dir / "valid.tgt"), count))
+    decode = dataclasses.replace(config.decode, beam_size=config.train.valid_beam, nbest=1)
+    hypotheses = translate_ids(model, sources, decode, device)
+    texts = [vocab.decode_tgt(nbest[0].tokens) for nbest in hypotheses]
+    return sacrebleu.corpus_bleu(texts, [references]).score

@@ -1,0 +1,451 @@
+"""sentencepiece vocabularies and the memory-mapped token cache that training reads.
+
+`build_vocab` trains one joint model or one model per language on `<data_dir>/train.{src,tgt}` and keeps
+it in `<data_dir>/vocab/` with a manifest (the vocabulary settings and the sha256 of the files it was
+trained on), so a second run does no work unless the data or the settings changed. Special ids are fixed
+everywhere: pad=0, unk=1, bos=2, eos=3.
+
+`build_cache` then encodes every split once into `<data_dir>/vocab/cache/<split>.<side>.tokens.npy` (one
+flat int32 array of ids, no bos/eos) and `.offsets.npy` (int64, n+1 entries: sentence i is
+`tokens[offsets[i]:offsets[i+1]]`). Training memory-maps these files, so a corpus of any size costs only
+the pages it touches. Files are encoded in chunks with sentencepiece's multi-threaded batch encoder and
+written chunk by chunk, so encoding memory does not grow with the corpus either.
+
+The `word` model type is the paper's shortlist (Bahdanau et al. 2014: the 30k most frequent words, every
+other word is <unk>). sentencepiece splits words on white space only, so punctuation stays attached to
+words unless the corpus was tokenised beforehand. We encode words one by one (sentencepiece would merge a
+run of unknown words into one <unk>), so each out-of-shortlist word is exactly one <unk>, as in the paper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import sentencepiece as spm
+from tqdm import tqdm
+
+from .config import Config, VocabConfig, to_dict
+from .console import info, progress
+from .errors import UserError
+from .io import atomic_write, read_json, sha256_file, sha256_text, write_json
+
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
+UNK_SURFACE = "<unk>"  # how decode_tgt shows an unknown token
+SPLITS = ("train", "valid", "test")
+SIDES = ("src", "tgt")
+ENCODE_CHUNK = 10_000  # lines per batch handed to sentencepiece's threaded encoder
+SAMPLING_SEED = 1234  # seed of sentencepiece's sampling of `input_sentence_size` sentences
+WORD_BOUNDARY = "\u2581"  # sentencepiece's "▁", which starts every word
+
+
+def vocab_dir(config: Config) -> Path:
+    return config.data_dir / "vocab"
+
+
+def resolve_threads(threads: int) -> int:
+    """0 means every core this process may run on."""
+    return threads or len(os.sched_getaffinity(0))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the vocabulary
+
+
+class Vocab:
+    """One joint or two separate sentencepiece models, behind the small API the rest of the code uses."""
+
+    pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
+
+    def __init__(self, folder: Path, model_type: str, joint: bool, threads: int = 0) -> None:
+        self.folder = Path(folder)
+        self.model_type = model_type
+        self.joint = joint
+        self.threads = resolve_threads(threads)
+        self.model_files = [self.folder / f"{name}.model" for name in _model_names(joint)]
+        for file in self.model_files:
+            if not file.is_file():
+                raise UserError(f"{file}: vocabulary model not found; run `seq2seq vocab CONFIG`")
+        self._src = spm.SentencePieceProcessor(model_file=str(self.model_files[0]))
+        self._tgt = spm.SentencePieceProcessor(model_file=str(self.model_files[-1]))
+        self._fingerprint = _fingerprint(self.model_files)
+        # word models: piece -> id, to encode word by word (see the module docstring)
+        word_level = model_type == "word"
+        self._word_ids = {side: _piece_ids(self._processor(side)) for side in SIDES} if word_level else {}
+
+    @classmethod
+    def load(cls, vocab_dir: Path, threads: int = 0) -> Vocab:
+        """The vocabulary in `vocab_dir` (models + manifest.json), as written by `build_vocab`."""
+        manifest = Path(vocab_dir) / "manifest.json"
+        if not manifest.is_file():
+            raise UserError(f"{manifest}: no vocabulary manifest; run `seq2seq vocab CONFIG`")
+        settings = read_json(manifest)["config"]
+        return cls(Path(vocab_dir), settings["type"], settings["joint"], threads)
+
+    @property
+    def src_size(self) -> int:
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_size(self) -> int:
+        return self._tgt.get_piece_size()
+
+    def fingerprint(self) -> str:
+        """sha256 of the model files: a checkpoint records it and refuses any other vocabulary."""
+        return self._fingerprint
+
+    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._encode("src", lines)
+
+    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
+        return self._encode("tgt", lines)
+
+    def decode_tgt(self, ids: Sequence[int]) -> str:
+        """Detokenised text; pad/bos/eos are dropped and unknown tokens show as `<unk>`."""
+        ids = [int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
+        if self.model_type == "word":
+            pieces = (UNK_SURFACE if i == UNK_ID else self._tgt.id_to_piece(i) for i in ids)
+            return " ".join(piece.removeprefix(WORD_BOUNDARY) for piece in pieces)
+        return self._tgt.decode(ids)  # the models are trained with unk_surface=<unk>
+
+    def src_pieces(self, line: str) -> list[str]:
+        """The pieces `encode_src([line])` gives ids for, as text (attention labels, UNK replacement)."""
+        if self.model_type == "word":
+            return _words(self._src.normalize(line))
+        return self._src.encode(line, out_type=str)
+
+    def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+    def copy_to(self, dest: Path) -> None:
+        """Copy the models and manifest (not the token cache) into `dest`, e.g. a run directory."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        for file in [*self.model_files, self.folder / "manifest.json"]:
+            with atomic_write(dest / file.name, "wb") as out, open(file, "rb") as source:
+                shutil.copyfileobj(source, out)
+
+    def _processor(self, side: str) -> spm.SentencePieceProcessor:
+        return self._src if side == "src" else self._tgt
+
+    def _encode(self, side: str, lines: Sequence[str]) -> list[list[int]]:
+        processor, lines = self._processor(side), list(lines)
+        if self.model_type != "word":
+            return processor.encode(lines, out_type=int, num_threads=self.threads)
+        # One id per word: sentencepiece itself would merge a run of unknown words into a single <unk>.
+        ids = self._word_ids[side]
+        return [[ids.get(word, UNK_ID) for word in _words(text)] for text in processor.normalize(lines)]
+
+
+def _model_names(joint: bool) -> tuple[str, ...]:
+    return ("joint",) if joint else SIDES
+
+
+def _piece_ids(processor: spm.SentencePieceProcessor) -> dict[str, int]:
+    return {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
+
+
+def _words(normalized: str) -> list[str]:
+    """'▁the▁cat' -> ['▁the', '▁cat'] (sentencepiece's normal form marks each word start with ▁)."""
+    return normalized.replace(WORD_BOUNDARY, " " + WORD_BOUNDARY).split()
+
+
+def _fingerprint(files: Sequence[Path]) -> str:
+    return sha256_text(" ".join(f"{file.name}={sha256_file(file)}" for file in files))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# training
+
+
+def build_vocab(config: Config, force: bool = False) -> Vocab:
+    """Train the vocabulary when it is missing or stale (settings or training data changed)."""
+    folder = vocab_dir(config)
+    inputs = [_data_file(config, f"train.{side}") for side in SIDES]
+    wanted = {"config": _settings(config.vocab), "data": {file.name: sha256_file(file) for file in inputs}}
+    manifest_file = folder / "manifest.json"
+    if not force and manifest_file.is_file():
+        manifest = read_json(manifest_file)
+        current = {key: manifest.get(key) for key in wanted}
+        if current == wanted and all((folder / f"{name}.model").is_file() for name in manifest["models"]):
+            info(f"vocab: {folder} is up to date")
+            return Vocab.load(folder, config.vocab.threads)
+
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_file.unlink(missing_ok=True)  # a run killed mid-training must not leave a "current" vocab
+    names = _model_names(config.vocab.joint)
+    for name in names:
+        sources = inputs if config.vocab.joint else [file for file in inputs if file.suffix == f".{name}"]
+        info(
+            f"vocab: training {config.vocab.type} model {name} ({config.vocab.size} pieces) on "
+            + " + ".join(file.name for file in sources)
+        )
+        _train_model(sources, folder, name, config.vocab)
+    for stale in set(_model_names(not config.vocab.joint)) - set(names):
+        for suffix in (".model", ".vocab"):
+            (folder / f"{stale}{suffix}").unlink(missing_ok=True)
+    models = [folder / f"{name}.model" for name in names]
+    write_json(manifest_file, {**wanted, "models": list(names), "fingerprint": _fingerprint(models)})
+    return Vocab.load(folder, config.vocab.threads)
+
+
+def _data_file(config: Config, name: str) -> Path:
+    file = config.data_dir / name
+    if not file.is_file():
+        raise UserError(f"{file}: prepared data not found; run `seq2seq data prepare CONFIG` first")
+    return file
+
+
+def _settings(vocab: VocabConfig) -> dict:
+    """The settings a trained model depends on (threads only change the speed)."""
+    return {key: value for key, value in to_dict(vocab).items() if key != "threads"}
+
+
+def _train_model(inputs: list[Path], folder: Path, name: str, vocab: VocabConfig) -> None:
+    """Train `<folder>/<name>.model` and `.vocab`; each file appears atomically when complete."""
+    if any("," in str(file) for file in inputs):  # sentencepiece splits its input list on commas
+        raise UserError(f"{inputs[0].parent}: sentencepiece cannot read paths containing a comma")
+    prefix = folder / f".{name}.training"
+    spm.set_random_generator_seed(SAMPLING_SEED)
+    try:
+        spm.SentencePieceTrainer.train(
+            input=[str(file) for file in inputs],
+            model_prefix=str(prefix),
+            model_type=vocab.type,
+            vocab_size=vocab.size,
+            character_coverage=vocab.character_coverage,
+            input_sentence_size=vocab.input_sentence_size,
+            shuffle_input_sentence=True,
+            num_threads=resolve_threads(vocab.threads),
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece=SPECIAL_PIECES[PAD_ID],
+            unk_piece=SPECIAL_PIECES[UNK_ID],
+            bos_piece=SPECIAL_PIECES[BOS_ID],
+            eos_piece=SPECIAL_PIECES[EOS_ID],
+            unk_surface=UNK_SURFACE,
+            minloglevel=2,  # errors only: they come back as exceptions
+        )
+    except RuntimeError as err:
+        raise _training_error(str(err), inputs, vocab) from None
+    for suffix in (".model", ".vocab"):
+        os.replace(f"{prefix}{suffix}", folder / f"{name}{suffix}")
+
+
+def _training_error(message: str, inputs: list[Path], vocab: VocabConfig) -> UserError:
+    """sentencepiece's error, said in terms of the config keys a user can change."""
+    files = " + ".join(str(file) for file in inputs)
+    if match := re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message):
+        return UserError(
+            f"vocab.size={vocab.size} is too large for {files}: this data supports at most "
+            f"{match[1]} {vocab.type} pieces; set vocab.size <= {match[1]}"
+        )
+    if match := re.search(r"smaller than required_chars\. \d+ vs (\d+)", message):
+        return UserError(
+            f"vocab.size={vocab.size} is too small for {files}: its characters alone need "
+            f"{match[1]} pieces; raise vocab.size or lower vocab.character_coverage"
+        )
+    return UserError(f"{files}: sentencepiece training failed: {message.rsplit('] ', 1)[-1]}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the token cache
+
+
+def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
+    """Encode every split whose data or vocabulary changed; returns the entries encoded ([] if none).
+
+    The manifest records, per entry ("train.src", ...), the sha256 of the text it was encoded from, and
+    once for all, the vocabulary fingerprint. An entry is dropped from it before re-encoding, so a run
+    killed halfway never leaves a cache that looks current.
+    """
+    folder = vocab_dir(config) / "cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest_file = folder / "manifest.json"
+    manifest = read_json(manifest_file) if manifest_file.is_file() else {}
+    if manifest.get("vocab") != vocab.fingerprint():
+        manifest = {"vocab": vocab.fingerprint(), "entries": {}}
+    entries = manifest["entries"]
+
+    files = {f"{split}.{side}": _data_file(config, f"{split}.{side}") for split in SPLITS for side in SIDES}
+    hashes = {name: sha256_file(file) for name, file in files.items()}
+    stale = [name for name in files if force or not _is_current(folder, name, entries, hashes[name])]
+    if stale:
+        info(f"vocab: encoding {', '.join(stale)} into {folder}")
+        for name in stale:
+            entries.pop(name, None)
+        write_json(manifest_file, manifest)
+        bar = progress(
+            total=sum(files[name].stat().st_size for name in stale), unit="B", unit_scale=True, desc="encode"
+        )
+        with bar:
+            for name in stale:
+                encode = vocab.encode_src if name.endswith(".src") else vocab.encode_tgt
+                bar.set_postfix_str(name)
+                counts = _encode_file(files[name], encode, folder / name, bar)
+                entries[name] = {"sha256": hashes[name], **counts}
+                write_json(manifest_file, manifest)
+    for split in SPLITS:
+        _check_aligned(entries, split, config.data_dir)
+    return stale
+
+
+def cache_stats(vocab_dir: Path) -> dict[str, dict]:
+    """Per entry ("train.src", ...): sentences, tokens and unk counts recorded when it was encoded."""
+    return read_json(Path(vocab_dir) / "cache" / "manifest.json")["entries"]
+
+
+def _check_aligned(entries: dict[str, dict], split: str, data_dir: Path) -> None:
+    src, tgt = (entries[f"{split}.{side}"]["sentences"] for side in SIDES)
+    if src != tgt:
+        raise UserError(
+            f"{data_dir / split}.src has {src} lines but {split}.tgt has {tgt}: "
+            "source and target files must be line-aligned"
+        )
+
+
+def _is_current(folder: Path, name: str, entries: dict[str, dict], data_hash: str) -> bool:
+    files = [folder / f"{name}.tokens.npy", folder / f"{name}.offsets.npy"]
+    entry = entries.get(name)
+    return entry is not None and entry["sha256"] == data_hash and all(file.is_file() for file in files)
+
+
+def _encode_file(
+    path: Path, encode: Callable[[list[str]], list[list[int]]], prefix: Path, bar: tqdm
+) -> dict[str, int]:
+    """Encode a text file chunk by chunk into `<prefix>.tokens.npy` and `<prefix>.offsets.npy`."""
+    sentences = tokens = unknown = 0
+    with (
+        _npy_writer(f"{prefix}.tokens.npy", np.int32) as flat_ids,
+        _npy_writer(f"{prefix}.offsets.npy", np.int64) as offsets,
+    ):
+        offsets.append(np.zeros(1, dtype=np.int64))
+        for lines, n_bytes in _line_chunks(path, ENCODE_CHUNK):
+            ids = encode(lines)
+            lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            chunk = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum()))
+            flat_ids.append(chunk)
+            offsets.append(tokens + np.cumsum(lengths))
+            sentences += len(ids)
+            tokens += chunk.size
+            unknown += int(np.count_nonzero(chunk == UNK_ID))
+            bar.update(n_bytes)
+    return {"sentences": sentences, "tokens": tokens, "unk": unknown}
+
+
+def _line_chunks(path: Path, size: int) -> Iterator[tuple[list[str], int]]:
+    """(lines, bytes read) in chunks of `size` lines; invalid UTF-8 is reported with its line number."""
+    number = 0
+    with open(path, "rb") as handle:
+        while raw := list(itertools.islice(handle, size)):
+            lines = []
+            for line in raw:
+                number += 1
+                try:
+                    lines.append(line.decode("utf-8").rstrip("\r\n"))
+                except UnicodeDecodeError as err:
+                    raise UserError(f"{path}:{number}: invalid UTF-8 ({err.reason})") from None
+            yield lines, sum(map(len, raw))
+
+
+class _NpyAppender:
+    """A 1-D .npy file whose length is unknown in advance: data is appended, the header fixed at the end.
+
+    numpy pads every header with room for a 21-digit length, so rewriting it in place never moves data.
+    """
+
+    def __init__(self, handle: IO[bytes], dtype: type) -> None:
+        self.handle, self.dtype, self.count = handle, np.dtype(dtype), 0
+        self.data_start = self._write_header()
+
+    def append(self, values: np.ndarray) -> None:
+        self.handle.write(np.ascontiguousarray(values, dtype=self.dtype).data)
+        self.count += len(values)
+
+    def finish(self) -> None:
+        self.handle.seek(0)
+        if self._write_header() != self.data_start:
+            raise RuntimeError(f"npy header changed size while writing {self.handle.name}")
+
+    def _write_header(self) -> int:
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": (self.count,),
+        }
+        np.lib.format.write_array_header_1_0(self.handle, header)
+        return self.handle.tell()
+
+
+@contextlib.contextmanager
+def _npy_writer(path: str, dtype: type) -> Iterator[_NpyAppender]:
+    with atomic_write(path, "wb") as handle:
+        writer = _NpyAppender(handle, dtype)
+        yield writer
+        writer.finish()
+
+
+@dataclass
+class TokenArray:
+    """One side of one split: sentence i is `tokens[offsets[i]:offsets[i+1]]`, read from memory maps."""
+
+    tokens: np.ndarray  # (total_tokens,) int32
+    offsets: np.ndarray  # (sentences + 1,) int64
+
+    def __post_init__(self) -> None:
+        self.lengths = np.diff(self.offsets).astype(np.int32)  # (sentences,)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < len(self):
+            raise IndexError(f"sentence {i} out of range 0..{len(self) - 1}")
+        return np.asarray(self.tokens[self.offsets[i] : self.offsets[i + 1]])
+
+
+@dataclass
+class TokenCache:
+    """A split's source and target token arrays (line-aligned)."""
+
+    src: TokenArray
+    tgt: TokenArray
+
+
+def load_cache(vocab_dir: Path, split: str) -> TokenCache:
+    """Memory-map a split's cache, after checking it belongs to the vocabulary in `vocab_dir`."""
+    folder = Path(vocab_dir) / "cache"
+    manifest_file = folder / "manifest.json"
+    if not manifest_file.is_file():
+        raise UserError(f"{folder}: no token cache; run `seq2seq vocab CONFIG`")
+    manifest = read_json(manifest_file)
+    if manifest["vocab"] != read_json(Path(vocab_dir) / "manifest.json")["fingerprint"]:
+        raise UserError(f"{folder}: token cache is from another vocabulary; run `seq2seq vocab CONFIG`")
+    sides = []
+    for side in SIDES:
+        name = f"{split}.{side}"
+        entry = manifest["entries"].get(name)
+        if entry is None:
+            raise UserError(f"{folder}: no cache for {name}; run `seq2seq vocab CONFIG`")
+        array = TokenArray(
+            np.load(folder / f"{name}.tokens.npy", mmap_mode="r"),
+            np.load(folder / f"{name}.offsets.npy", mmap_mode="r"),
+        )
+        if len(array) != entry["sentences"] or array.tokens.size != entry["tokens"]:
+            raise UserError(
+                f"{folder / name}: cache files do not match the manifest; run `seq2seq vocab CONFIG --force`"
+            )
+        sides.append(array)
+    _check_aligned(manifest["entries"], split, folder)
+    return TokenCache(*sides)

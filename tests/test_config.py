@@ -1,0 +1,172 @@
+"""The experiment config: strict validation, helpful messages, overrides, round trip, generated docs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seq2seq_attn.config import Config, config_markdown, from_dict, load_config, to_dict, to_yaml
+from seq2seq_attn.errors import UserError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_of(raw: dict) -> str:
+    with pytest.raises(UserError) as info:
+        from_dict(raw, where="exp.yaml")
+    return str(info.value)
+
+
+def test_defaults_fill_every_section():
+    config = from_dict({})
+    assert config.train.optimizer == "adam"
+    assert config.model.attention == "bahdanau"
+    assert config.eval.buckets == [0, 10, 20, 30, 40, 50, 60]
+    assert config.data_dir == Path("data/experiment")
+    assert config.run_dir == Path("runs/experiment")
+
+
+@pytest.mark.parametrize(
+    ("raw", "key", "suggestion"),
+    [
+        ({"train": {"lerning_rate": 1e-3}}, "train.lerning_rate", "train.learning_rate"),
+        ({"learning_rate": 1e-3}, "learning_rate", "train.learning_rate"),  # right key, wrong section
+        ({"model": {"atention": "dot"}}, "model.atention", "model.attention"),
+        ({"vocab": {"sise": 100}}, "vocab.sise", "vocab.size"),
+        ({"data": {"local": {"train": {"scr": "a.txt"}}}}, "data.local.train.scr", "data.local.train.src"),
+    ],
+)
+def test_unknown_key_names_path_and_suggests(raw, key, suggestion):
+    message = error_of(raw)
+    assert f"unknown key `{key}`" in message
+    assert f"did you mean `{suggestion}`?" in message
+    assert message.startswith("exp.yaml:")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ({"train": {"batch_size": "big"}}, "`train.batch_size` must be an integer, got 'big'"),
+        ({"train": {"batch_size": 0}}, "`train.batch_size` must be a number >= 1, got 0"),
+        ({"train": {"batch_size": 2.5}}, "`train.batch_size` must be an integer"),
+        ({"model": {"bidirectional": "yes"}}, "`model.bidirectional` must be true or false"),
+        ({"model": {"attention": "luong"}}, "`model.attention` must be one of 'none', 'bahdanau'"),
+        ({"model": {"dropout_hidden": 1.0}}, "`model.dropout_hidden` must be a number >= 0 and < 1, got 1.0"),
+        ({"train": {"learning_rate": -1}}, "`train.learning_rate` must be a number > 0"),
+        ({"eval": {"buckets": 10}}, "`eval.buckets` must be a list of int"),
+        ({"eval": {"buckets": [0, "x"]}}, "`eval.buckets` must be an integer"),
+        ({"train": {"adam_betas": [0.9]}}, "`train.adam_betas` must be a list of 2 numbers"),
+        ({"data": {"clean": {"splits": ["dev"]}}}, "`data.clean.splits` must be a list drawn from"),
+        ({"train": 5}, "train: expected a mapping of keys, got int"),
+    ],
+)
+def test_wrong_type_or_range_names_key_and_expectation(raw, fragment):
+    message = error_of(raw)
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_numbers_written_without_dot_are_accepted_for_floats():
+    # YAML 1.1 reads `3e-4` as a string; a float key must still accept it.
+    assert from_dict({"train": {"learning_rate": "3e-4"}}).train.learning_rate == pytest.approx(3e-4)
+    assert from_dict({"train": {"learning_rate": 1}}).train.learning_rate == 1.0
+
+
+def test_overrides_are_typed_like_yaml(tmp_path):
+    path = write(tmp_path, "name: base\ntrain: {learning_rate: 0.001}\n")
+    config = load_config(
+        path,
+        [
+            "train.learning_rate=3e-4",
+            "train.max_steps=20",
+            "model.bidirectional=false",
+            "eval.buckets=[0, 5, 10]",
+            "name=other",
+        ],
+    )
+    assert config.train.learning_rate == pytest.approx(3e-4)
+    assert config.train.max_steps == 20
+    assert config.model.bidirectional is False
+    assert config.eval.buckets == [0, 5, 10]
+    assert config.name == "other"
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("train.lerning_rate=1", "did you mean `train.learning_rate`?"),
+        ("train.batch_size=abc", "`train.batch_size` must be an integer"),
+        ("no_equals_sign", "expected KEY=VALUE"),
+        ("train.optimizer.x=1", "`train.optimizer` must be a string, got {'x': 1}"),
+    ],
+)
+def test_bad_override_is_a_clear_error(tmp_path, override, fragment):
+    path = write(tmp_path, "{}\n")
+    with pytest.raises(UserError, match=re.escape(fragment)):
+        load_config(path, [override])
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, "train:\n  learning_rate: 1\n  batch_size: [1, 2\n")
+    with pytest.raises(UserError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}:")
+    assert "invalid YAML" in str(info.value)
+
+
+def test_missing_and_non_mapping_configs(tmp_path):
+    with pytest.raises(UserError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match="must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_paths_resolve_relative_to_config_file(tmp_path):
+    sub = tmp_path / "configs"
+    sub.mkdir()
+    path = sub / "exp.yaml"
+    path.write_text(
+        "data:\n  dir: ../data/x\n  local:\n    train: {src: /abs/train.en, tgt: corpus/train.fr}\n"
+    )
+    config = load_config(path)
+    assert config.data.dir == str((tmp_path / "data" / "x").resolve())
+    assert config.data.local.train.src == "/abs/train.en"
+    assert config.data.local.train.tgt == str((sub / "corpus" / "train.fr").resolve())
+    assert config.data.local.valid.src == ""  # empty stays empty
+
+
+def test_resolved_config_round_trips(tmp_path):
+    original = load_config(write(tmp_path, "name: rt\nmodel: {attention: dot, decoder: luong}\n"))
+    dumped = to_yaml(original)
+    again = from_dict(yaml.safe_load(dumped))
+    assert to_dict(again) == to_dict(original)
+    assert isinstance(again, Config)
+
+
+def test_docs_config_md_is_generated_from_schema():
+    committed = (ROOT / "docs" / "config.md").read_text(encoding="utf-8")
+    assert committed == config_markdown(), (
+        "regenerate: seq2seq config --keys --format markdown > docs/config.md"
+    )
+
+
+def test_every_key_is_documented():
+    text = config_markdown()
+    for row in text.splitlines():
+        if row.startswith("| `"):
+            assert not row.rstrip().endswith("|  |"), row
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_validate(path):
+    load_config(path)

@@ -1,0 +1,407 @@
+"""`seq2seq data prepare`: the three sources, every cleaning rule, clear errors, manifest, idempotence."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seq2seq_attn.config import load_config
+from seq2seq_attn.data.prepare import MANIFEST, OUTPUTS, prepare
+from seq2seq_attn.errors import UserError
+
+SPLITS = ("train", "valid", "test")
+CORPUS = {
+    "train": [("the cat", "le chat"), ("a dog runs", "un chien court"), ("hello", "bonjour")],
+    "valid": [("good day", "bonne journée")],
+    "test": [("thank you", "merci"), ("yes", "oui")],
+}
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    return path
+
+
+def local_files(folder: Path, corpus: dict, layout: str = "plain") -> dict:
+    """Write `corpus` as text files in `layout` (plain, gz, tsv); return the `data.local` config section."""
+    section = {}
+    for split, pairs in corpus.items():
+        if layout == "tsv":
+            section[split] = {
+                "tsv": str(write_lines(folder / f"{split}.tsv", [f"{s}\t{t}" for s, t in pairs]))
+            }
+            continue
+        suffix = ".gz" if layout == "gz" else ""
+        section[split] = {
+            side: str(write_lines(folder / f"{split}.{lang}{suffix}", [pair[i] for pair in pairs]))
+            for i, (side, lang) in enumerate((("src", "en"), ("tgt", "fr")))
+        }
+    return section
+
+
+def write_config(tmp_path: Path, data: dict) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "data": {"dir": "out", **data}}), encoding="utf-8")
+    return path
+
+
+def local_config(tmp_path: Path, corpus: dict = CORPUS, layout: str = "plain", **data) -> Path:
+    return write_config(tmp_path, {"source": "local", "local": local_files(tmp_path, corpus, layout), **data})
+
+
+def prepared_pairs(data_dir: Path, split: str) -> list[tuple[str, str]]:
+    src, tgt = (
+        (data_dir / f"{split}.{side}").read_text(encoding="utf-8").splitlines() for side in ("src", "tgt")
+    )
+    return list(zip(src, tgt, strict=True))
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq_attn", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def mtimes(data_dir: Path) -> dict[str, int]:
+    return {name: (data_dir / name).stat().st_mtime_ns for name in (*OUTPUTS, MANIFEST)}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# local source
+
+
+@pytest.mark.parametrize("layout", ["plain", "gz", "tsv"])
+def test_local_source_writes_every_split(tmp_path, layout):
+    prepared = prepare(load_config(local_config(tmp_path, layout=layout)))
+    assert prepared.redone and prepared.data_dir == tmp_path / "out"
+    for split in SPLITS:
+        assert prepared_pairs(prepared.data_dir, split) == CORPUS[split]
+        assert prepared.manifest["splits"][split]["read"] == len(CORPUS[split])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# cleaning
+
+MESSY = [
+    ("a  c", "x\tz "),  # 1 normalised, kept
+    ("", "x"),  # 2 empty side
+    ("   ", "y"),  # 3 blank: normalised to empty
+    ("w w w w w w", "v v v v v v"),  # 4 six words
+    ("a", "x y z w"),  # 5 word ratio 4
+    ("a b", "x y"),  # 6 kept
+    ("a b", "x y"),  # 7 duplicate of 6
+    ("a  b", "x y"),  # 8 duplicate of 6 once normalised
+]
+STRICT = {"max_words": 5, "max_ratio": 3, "dedup": True}
+
+
+@pytest.mark.parametrize(
+    ("clean", "kept", "normalized", "dropped"),
+    [
+        (STRICT, [1, 6], 3, {"drop_empty": 2, "max_words": 1, "max_ratio": 1, "dedup": 2}),
+        (
+            {**STRICT, "normalize_whitespace": False},
+            [1, 6, 8],
+            0,
+            {"drop_empty": 2, "max_words": 1, "max_ratio": 1, "dedup": 1},
+        ),
+        ({}, [1, 4, 6, 7, 8], 3, {"drop_empty": 2, "max_words": 0, "max_ratio": 1}),  # the defaults
+        (
+            {"drop_empty": False},
+            [1, 4, 6, 7, 8],
+            3,
+            {"max_words": 0, "max_ratio": 3},
+        ),  # empty side: ratio inf
+        ({"drop_empty": False, "max_words": 0, "max_ratio": 0}, [1, 2, 3, 4, 5, 6, 7, 8], 3, {}),
+    ],
+)
+def test_cleaning_rules_count_exactly(tmp_path, clean, kept, normalized, dropped):
+    corpus = {**CORPUS, "train": MESSY}
+    counts = prepare(load_config(local_config(tmp_path, corpus, clean=clean))).manifest["splits"]["train"]
+    assert counts == {
+        "read": 8,
+        "kept": len(kept),
+        "cleaned": True,
+        "normalized": normalized,
+        "dropped": dropped,
+    }
+    assert counts["read"] - counts["kept"] == sum(dropped.values())
+    squash = clean.get("normalize_whitespace", True)
+    expected = [tuple(" ".join(s.split()) if squash else s for s in MESSY[i - 1]) for i in kept]
+    assert prepared_pairs(tmp_path / "out", "train") == expected
+
+
+@pytest.mark.parametrize(("splits", "valid_cleaned"), [(None, False), (["train", "valid"], True)])
+def test_cleaning_leaves_valid_and_test_intact_by_default(tmp_path, splits, valid_cleaned):
+    odd = [("  spaced   out ", "espacé"), ("one", "un deux trois quatre cinq")]
+    corpus = {**CORPUS, "valid": odd, "test": odd}
+    clean = {"splits": splits} if splits else {}
+    manifest = prepare(load_config(local_config(tmp_path, corpus, clean=clean))).manifest
+    assert prepared_pairs(tmp_path / "out", "test") == odd
+    assert manifest["splits"]["test"] == {"read": 2, "kept": 2, "cleaned": False}
+    valid = prepared_pairs(tmp_path / "out", "valid")
+    assert valid == ([("spaced out", "espacé")] if valid_cleaned else odd)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# bad input: one line on stderr, exit 2, no traceback, previous data untouched
+
+
+def mismatched(tmp_path: Path, side: str) -> Path:
+    config = local_config(tmp_path)
+    path = tmp_path / f"test.{'en' if side == 'src' else 'fr'}"
+    write_lines(path, path.read_text(encoding="utf-8").splitlines() + ["extra", "more"])
+    return config
+
+
+def invalid_utf8(tmp_path: Path) -> Path:
+    config = local_config(tmp_path)
+    (tmp_path / "valid.fr").write_bytes(b"bonne journ\xe9e\n")  # latin-1, not UTF-8
+    return config
+
+
+def all_dropped(tmp_path: Path) -> Path:
+    return local_config(tmp_path, {**CORPUS, "train": [("", "x"), ("a", "b c d e")]})
+
+
+def empty_file(tmp_path: Path) -> Path:
+    config = local_config(tmp_path)
+    write_lines(tmp_path / "valid.en", [])
+    write_lines(tmp_path / "valid.fr", [])
+    return config
+
+
+def missing_file(tmp_path: Path) -> Path:
+    config = local_config(tmp_path)
+    (tmp_path / "train.fr").unlink()
+    return config
+
+
+def bad_tsv(tmp_path: Path) -> Path:
+    config = local_config(tmp_path, layout="tsv")
+    write_lines(tmp_path / "test.tsv", ["thank you\tmerci", "no tab here"])
+    return config
+
+
+@pytest.mark.parametrize(
+    ("make", "fragments"),
+    [
+        (
+            lambda p: mismatched(p, "src"),
+            ["test.en has 4 lines", "test.fr has 2 lines", "(test.fr is shorter)"],
+        ),
+        (
+            lambda p: mismatched(p, "tgt"),
+            ["test.en has 2 lines", "test.fr has 4 lines", "(test.en is shorter)"],
+        ),
+        (invalid_utf8, ["valid.fr:1: invalid UTF-8"]),
+        (
+            all_dropped,
+            ["train split: all 2 pairs of", "dropped by cleaning (drop_empty 1, max_words 0, max_ratio 1)"],
+        ),
+        (empty_file, ["valid split: no sentence pairs in", "valid.en and"]),
+        (missing_file, ["`data.local.train.tgt`:", "train.fr: file not found"]),
+        (bad_tsv, ["test.tsv:2: expected source<TAB>target, found 1 field(s)"]),
+    ],
+    ids=["src-longer", "tgt-longer", "utf8", "empty-after-cleaning", "empty-input", "missing", "tsv-fields"],
+)
+def test_bad_input_is_one_line_error_and_keeps_previous_data(tmp_path, make, fragments):
+    good = local_config(tmp_path, layout="tsv" if make is bad_tsv else "plain")
+    assert run_cli("data", "prepare", str(good), cwd=tmp_path).returncode == 0
+    before = {name: (tmp_path / "out" / name).read_bytes() for name in (*OUTPUTS, MANIFEST)}
+
+    result = run_cli("data", "prepare", str(make(tmp_path)), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("seq2seq: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+    assert {name: (tmp_path / "out" / name).read_bytes() for name in (*OUTPUTS, MANIFEST)} == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        (*OUTPUTS, MANIFEST)
+    )  # no temp files
+
+
+# ----------------------------------------------------------------------------------------------------------
+# manifest and idempotence
+
+
+def test_manifest_records_counts_hashes_and_source(tmp_path):
+    config = local_config(tmp_path, layout="gz")
+    manifest = prepare(load_config(config)).manifest
+    out = tmp_path / "out"
+    assert manifest == yaml.safe_load((out / MANIFEST).read_text(encoding="utf-8"))
+    assert {split: (c["read"], c["kept"]) for split, c in manifest["splits"].items()} == {
+        split: (len(pairs), len(pairs)) for split, pairs in CORPUS.items()
+    }
+    for name in OUTPUTS:
+        data = (out / name).read_bytes()
+        assert manifest["files"][name] == {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    assert manifest["source"] == {
+        "type": "local",
+        "files": {
+            split: [str(tmp_path / f"{split}.en.gz"), str(tmp_path / f"{split}.fr.gz")] for split in SPLITS
+        },
+    }
+    assert manifest["clean"]["splits"] == ["train"] and manifest["clean"]["max_words"] == 250
+    assert (manifest["src_lang"], manifest["tgt_lang"]) == ("en", "fr")
+    assert len(manifest["fingerprint"]) == 64
+
+
+def test_second_run_does_no_work(tmp_path):
+    config = local_config(tmp_path)
+    first = run_cli("data", "prepare", str(config), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "prepared" in first.stderr and "up to date" not in first.stderr
+    before = mtimes(tmp_path / "out")
+
+    second = run_cli("data", "prepare", str(config), cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "is up to date" in second.stderr
+    assert mtimes(tmp_path / "out") == before
+    table = second.stderr.splitlines()
+    assert table[0].split() == [
+        "split",
+        "read",
+        "kept",
+        "normalized",
+        "drop_empty",
+        "max_words",
+        "max_ratio",
+        "dedup",
+    ]
+    assert table[1].split() == ["train", "3", "3", "0", "0", "0", "0", "-"]
+    assert table[3].split() == ["test", "2", "2", "-", "-", "-", "-", "-"]
+
+
+def edit_input(tmp_path: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    write_lines(tmp_path / "valid.en", ["good night"])
+    return [], [("good night", "bonne journée")]
+
+
+def change_setting(tmp_path: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    return ["--set", "data.tgt_lang=de"], CORPUS["valid"]
+
+
+def force(tmp_path: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    return ["--force"], CORPUS["valid"]
+
+
+@pytest.mark.parametrize("change", [edit_input, change_setting, force])
+def test_changed_input_or_config_or_force_redoes(tmp_path, change):
+    config = local_config(tmp_path)
+    prepare(load_config(config))
+    before = mtimes(tmp_path / "out")
+    args, valid = change(tmp_path)
+    result = run_cli("data", "prepare", str(config), *args, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "up to date" not in result.stderr
+    after = mtimes(tmp_path / "out")
+    assert all(after[name] > before[name] for name in before)
+    assert prepared_pairs(tmp_path / "out", "valid") == valid
+
+
+def test_lost_output_file_redoes(tmp_path):
+    config = load_config(local_config(tmp_path))
+    prepare(config)
+    (tmp_path / "out" / "test.tgt").unlink()
+    assert prepare(config).redone
+    assert prepared_pairs(tmp_path / "out", "test") == CORPUS["test"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Hugging Face source (offline: a DatasetDict saved by the test, and a patched load_dataset)
+
+
+def hf_rows(pairs: list[tuple[str, str]], layout: str) -> dict[str, list]:
+    if layout == "translation":
+        return {"translation": [{"en": s, "fr": t} for s, t in pairs], "id": list(range(len(pairs)))}
+    return {"english": [s for s, _ in pairs], "french": [t for _, t in pairs]}
+
+
+HF_FIELDS = {
+    "translation": {},
+    "columns": {"translation_field": "", "src_field": "english", "tgt_field": "french"},
+}
+
+
+@pytest.mark.parametrize("layout", ["translation", "columns"])
+@pytest.mark.parametrize("max_examples", [0, 2])
+def test_huggingface_dataset_saved_to_disk(tmp_path, layout, max_examples):
+    datasets = pytest.importorskip("datasets")
+    corpus = {**CORPUS, "train": [*CORPUS["train"], ("two\nlines", "deux\r\nlignes")]}
+    names = {"train": "train", "valid": "validation", "test": "test"}
+    saved = datasets.DatasetDict(
+        {names[split]: datasets.Dataset.from_dict(hf_rows(pairs, layout)) for split, pairs in corpus.items()}
+    )
+    saved.save_to_disk(str(tmp_path / "hf"))
+    hf = {"name": str(tmp_path / "hf"), "max_examples": max_examples, **HF_FIELDS[layout]}
+    manifest = prepare(
+        load_config(write_config(tmp_path, {"source": "huggingface", "huggingface": hf}))
+    ).manifest
+
+    train = [(" ".join(s.split()), " ".join(t.split())) for s, t in corpus["train"]]
+    assert prepared_pairs(tmp_path / "out", "train") == train[: max_examples or None]
+    assert prepared_pairs(tmp_path / "out", "test") == CORPUS["test"]
+    assert manifest["source"]["saved_to_disk"] and manifest["source"]["splits"]["valid"] == "validation"
+
+
+def test_huggingface_hub_calls_load_dataset(tmp_path, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    calls = []
+
+    def fake_load_dataset(name, config, split, streaming, revision):
+        calls.append((name, config, split, streaming, revision))
+        split_key = {"train": "train", "validation": "valid", "test": "test"}[split]
+        rows = datasets.Dataset.from_dict(hf_rows(CORPUS[split_key], "translation"))
+        return rows.to_iterable_dataset() if streaming else rows
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    hf = {"name": "wmt14", "config": "fr-en", "revision": "v1.0", "max_examples": 2}
+    prepare(load_config(write_config(tmp_path, {"source": "huggingface", "huggingface": hf})))
+    assert calls == [("wmt14", "fr-en", split, True, "v1.0") for split in ("train", "validation", "test")]
+    assert prepared_pairs(tmp_path / "out", "train") == CORPUS["train"][:2]
+
+    calls.clear()  # no config name, no streaming, no revision; languages swapped
+    hf = {"name": "wmt14", "config": "", "streaming": False}
+    config = write_config(
+        tmp_path, {"source": "huggingface", "huggingface": hf, "src_lang": "fr", "tgt_lang": "en"}
+    )
+    prepare(load_config(config))
+    assert calls[0] == ("wmt14", None, "train", False, None)
+    assert prepared_pairs(tmp_path / "out", "valid") == [(t, s) for s, t in CORPUS["valid"]]
+
+
+@pytest.mark.parametrize(
+    ("hf", "message"),
+    [
+        (
+            {"translation_field": "pairs"},
+            "`data.huggingface.translation_field`: no field 'pairs' in the dataset rows "
+            "(has: id, translation)",
+        ),
+        ({"valid_split": "dev"}, "`data.huggingface.valid_split`: no split 'dev' in"),
+        (
+            {"translation_field": ""},
+            "`data.huggingface.src_field` and `data.huggingface.tgt_field` must be set",
+        ),
+    ],
+)
+def test_huggingface_errors_name_the_key(tmp_path, hf, message):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "hf"
+    names = ("train", "validation", "test")
+    datasets.DatasetDict(
+        {n: datasets.Dataset.from_dict(hf_rows(CORPUS["train"], "translation")) for n in names}
+    ).save_to_disk(str(folder))
+    config = write_config(tmp_path, {"source": "huggingface", "huggingface": {"name": str(folder), **hf}})
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        prepare(load_config(config))

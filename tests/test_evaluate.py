@@ -1,0 +1,337 @@
+"""Evaluation: sacrebleu scores per length bucket, bootstrap intervals, reports, the curve, the CLI."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+from sacrebleu.metrics import BLEU
+from typer.testing import CliRunner
+
+from seq2seq_attn.cli import app
+from seq2seq_attn.config import EvalConfig
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.evaluate import (
+    System,
+    bleu_scores,
+    bucket_index,
+    bucket_labels,
+    check_edges,
+    evaluate,
+    merge_reports,
+    parse_edges,
+    render,
+    sentence_stats,
+)
+from seq2seq_attn.plots import curve_figure, save_curve
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+VOCAB = [f"w{i}" for i in range(300)]
+
+
+def corpus(
+    size: int, seed: int, noise: float = 0.3, max_words: int = 80
+) -> tuple[list[str], list[str], list[str]]:
+    """Sources, references (the source upper-cased: a perfect 'translation') and noisy hypotheses."""
+    rng = random.Random(seed)
+    sources, references, hypotheses = [], [], []
+    for _ in range(size):
+        words = [rng.choice(VOCAB) for _ in range(rng.randint(1, max_words))]
+        target = [word.upper() for word in words]
+        sources.append(" ".join(words))
+        references.append(" ".join(target))
+        hypotheses.append(
+            " ".join(
+                w if rng.random() > noise else rng.choice(VOCAB).upper()
+                for w in target
+                if rng.random() > noise / 3
+            )
+        )
+    return sources, references, hypotheses
+
+
+def by_label(report: dict, system: int = 0) -> dict:
+    return {row["bucket"]: row for row in report["systems"][system]["rows"]}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# buckets
+
+
+def test_bucket_boundaries_are_half_open_and_the_last_is_open_ended():
+    edges = [0, 10, 20, 30]
+    lengths = np.array([0, 9, 10, 19, 20, 29, 30, 500])
+    assert bucket_index(lengths, edges).tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert [b["label"] for b in bucket_labels(edges)] == ["0-10", "10-20", "20-30", "30+"]
+    # end to end: a 10-word source is counted in 10-20, a 9-word one in 0-10
+    sources = [" ".join(["x"] * n) for n in (9, 10, 10, 35)]
+    systems = [System("s", ["a b c"] * 4)]
+    report = evaluate(
+        systems, ["a b c"] * 4, sources, by_length=True, config=EvalConfig(buckets=edges, bootstrap=0)
+    )
+    assert {label: row["count"] for label, row in by_label(report).items()} == {
+        "all": 4,
+        "0-10": 1,
+        "10-20": 2,
+        "20-30": 0,
+        "30+": 1,
+    }
+    empty = by_label(report)["20-30"]
+    assert (empty["bleu"], empty["chrf"], empty["ci_low"], empty["few"]) == (None, None, None, True)
+
+
+@pytest.mark.parametrize("edges", [[], [5, 10], [0, 10, 10], [0, 20, 10]])
+def test_bad_bucket_edges_are_user_errors(edges):
+    with pytest.raises(UserError, match="bucket edges"):
+        check_edges(edges)
+
+
+def test_parse_edges():
+    assert parse_edges("0,5,50") == [0, 5, 50]
+    with pytest.raises(UserError, match="--buckets"):
+        parse_edges("0,ten")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# scores
+
+
+@pytest.mark.parametrize("bucket_by", ["source", "reference"])
+def test_bucket_scores_equal_sacrebleu_on_exactly_that_subset(bucket_by):
+    sources, references, hypotheses = corpus(150, seed=1)
+    config = EvalConfig(bucket_by=bucket_by, bootstrap=0)
+    report = evaluate([System("s", hypotheses)], references, sources, by_length=True, config=config)
+    lengths = [len(line.split()) for line in (sources if bucket_by == "source" else references)]
+    rows = by_label(report)
+    for bucket in [{"label": "all", "low": 0, "high": None}, *report["buckets"]]:
+        members = [
+            i
+            for i, n in enumerate(lengths)
+            if n >= bucket["low"] and (bucket["high"] is None or n < bucket["high"])
+        ]
+        hyps, refs = [hypotheses[i] for i in members], [[references[i] for i in members]]
+        bleu = sacrebleu.corpus_bleu(hyps, refs)
+        row = rows[bucket["label"]]
+        assert row["count"] == len(members) > 0
+        assert (row["bleu"], row["bp"], row["hyp_len"], row["ref_len"]) == (
+            bleu.score,
+            bleu.bp,
+            bleu.sys_len,
+            bleu.ref_len,
+        )
+        assert row["chrf"] == sacrebleu.corpus_chrf(hyps, refs).score
+
+
+def test_vectorised_bleu_matches_sacrebleu_on_resamples_and_degenerate_outputs():
+    """The bootstrap's numpy BLEU equals sacrebleu on resamples, incl. no match / too short / empty output."""
+    _, references, hypotheses = corpus(40, seed=2)
+    references += ["A B C D E", "A B C D E", "A B C D E"]
+    hypotheses += ["A X B Y C", "A B", ""]  # only unigram matches (smoothing), too short for 4-grams, empty
+    stats = sentence_stats(BLEU(references=[references]), hypotheses)  # (43, 10)
+    rng = np.random.default_rng(0)
+    samples = [rng.integers(0, len(hypotheses), size=30) for _ in range(20)]
+    samples += [np.array([40]), np.array([41]), np.array([42]), np.array([40, 41])]
+    ours = bleu_scores(np.stack([stats[sample].sum(axis=0) for sample in samples]))
+    for score, sample in zip(ours, samples, strict=True):
+        expected = sacrebleu.corpus_bleu(
+            [hypotheses[i] for i in sample], [[references[i] for i in sample]]
+        ).score
+        assert score == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_interval_contains_the_estimate_and_narrows_with_more_sentences():
+    widths = []
+    for size in (30, 600):
+        sources, references, hypotheses = corpus(size, seed=3)
+        row = by_label(evaluate([System("s", hypotheses)], references, sources))["all"]
+        assert row["ci_low"] < row["bleu"] < row["ci_high"]
+        widths.append(row["ci_high"] - row["ci_low"])
+    assert widths[1] < widths[0] / 2  # ~ 1/sqrt(20) in theory
+
+
+def test_mismatched_lines_name_both_files_and_counts():
+    with pytest.raises(UserError, match=r"^hyp.txt has 2 lines but ref.txt has 3: "):
+        evaluate([System("s", ["a", "b"], "hyp.txt")], ["a", "b", "c"], references_path="ref.txt")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# reports
+
+
+def two_system_report(size: int = 120) -> dict:
+    sources, references, hypotheses = corpus(size, seed=4)
+    _, _, worse = corpus(size, seed=4, noise=0.6)
+    systems = [System("RNNsearch-50", hypotheses, "a.txt"), System("RNNencdec-50", worse, "b.txt")]
+    return evaluate(
+        systems, references, sources, by_length=True, config=EvalConfig(bootstrap=200, min_bucket_size=20)
+    )
+
+
+def test_multi_system_report_schema_and_renderings():
+    report = two_system_report()
+    assert list(report) == [
+        "format",
+        "version",
+        "signatures",
+        "references",
+        "sources",
+        "bucket_by",
+        "edges",
+        "buckets",
+        "bootstrap",
+        "min_bucket_size",
+        "systems",
+    ]
+    assert report["edges"] == EvalConfig().buckets and report["bootstrap"]["seed"] == EvalConfig().seed
+    labels = ["all"] + [bucket["label"] for bucket in report["buckets"]]
+    for system in report["systems"]:
+        assert [row["bucket"] for row in system["rows"]] == labels
+        assert set(system["rows"][0]) == {
+            "bucket",
+            "count",
+            "bleu",
+            "ci_low",
+            "ci_high",
+            "chrf",
+            "bp",
+            "ratio",
+            "hyp_len",
+            "ref_len",
+            "few",
+        }
+        assert sum(row["count"] for row in system["rows"][1:]) == system["rows"][0]["count"] == 120
+        assert all(row["few"] == (row["count"] < 20) for row in system["rows"])
+    assert by_label(report, 0)["all"]["bleu"] > by_label(report, 1)["all"]["bleu"]
+    assert json.loads(render(report, "json")) == report
+
+    text = render(report, "text").splitlines()
+    assert text[0].startswith("BLEU signature: nrefs:1|") and text[1].startswith("chrF signature: ")
+    table = [line for line in text if line.startswith(("RNNsearch-50 ", "RNNencdec-50 "))]
+    assert len(table) == 2 * len(labels) and len({len(line) for line in text[text.index("") + 1 :]}) == 1
+
+    csv_lines = render(report, "csv").splitlines()
+    assert csv_lines[0].startswith("system,bucket,low,high,count,bleu,ci_low,ci_high")
+    assert len(csv_lines) == 1 + 2 * len(labels) and csv_lines[2].startswith("RNNsearch-50,0-10,0,10,")
+
+    markdown = [line for line in render(report, "markdown").splitlines() if line.startswith("|")]
+    assert len(markdown) == 2 + 2 * len(labels)
+
+
+def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):
+    report = two_system_report()
+    figure = curve_figure(report)
+    axes = figure.axes[0]
+    labelled = [line.get_label() for line in axes.get_lines() if not line.get_label().startswith("_")]
+    assert [label.split(" ")[0] for label in labelled] == ["RNNsearch-50", "RNNencdec-50"]
+    assert len(axes.collections) == 2  # one confidence band per system
+    assert axes.get_xlabel() == "Source sentence length (words)" and axes.get_ylabel() == "BLEU"
+    ticks = [tick.get_text() for tick in axes.get_xticklabels()]
+    counts = [by_label(report)[bucket["label"]]["count"] for bucket in report["buckets"]]
+    labels = [bucket["label"] for bucket in report["buckets"]]
+    assert ticks == [
+        f"{label}\nn={n}{'*' if n < 20 else ''}" for label, n in zip(labels, counts, strict=True)
+    ]
+    assert min(counts) < 20 <= max(counts)  # both kinds of tick are checked
+    save_curve(report, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").read_bytes().startswith(PNG_MAGIC)
+    assert [p.name for p in tmp_path.iterdir()] == ["curve.png"]  # no temporary file left behind
+
+
+def test_merging_reports_requires_the_same_buckets():
+    first, second = two_system_report(), two_system_report()
+    for system, label in zip(second["systems"], ("A", "B"), strict=True):
+        system["label"] = label
+    merged = merge_reports([("a.json", first), ("b.json", second)])
+    assert [system["label"] for system in merged["systems"]] == ["RNNsearch-50", "RNNencdec-50", "A", "B"]
+    with pytest.raises(UserError, match="appears in more than one report"):
+        merge_reports([("a.json", first), ("a2.json", first)])
+    second["edges"] = [0, 20]
+    with pytest.raises(UserError, match=r"^b.json has buckets \[0, 20\] by source but a.json has"):
+        merge_reports([("a.json", first), ("b.json", second)])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# command line
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    sources, references, hypotheses = corpus(60, seed=5)
+    _, _, worse = corpus(60, seed=5, noise=0.6)
+    for name, lines in [
+        ("src.en", sources),
+        ("ref.fr", references),
+        ("good.fr", hypotheses),
+        ("bad.fr", worse),
+        ("short.fr", worse[:-1]),
+    ]:
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+def run_eval(folder: Path, *extra: str) -> str:
+    args = [
+        "eval",
+        "--hyp",
+        str(folder / "good.fr"),
+        "--hyp",
+        str(folder / "bad.fr"),
+        "--ref",
+        str(folder / "ref.fr"),
+        "--src",
+        str(folder / "src.en"),
+        "--by-length",
+        "--bootstrap",
+        "100",
+        *extra,
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_cli_json_report_is_deterministic_and_the_table_is_printed(files):
+    first = run_eval(files, "--output", str(files / "one.json"), "--plot", str(files / "curve.png"))
+    run_eval(files, "--output", str(files / "two.json"))
+    assert (files / "one.json").read_bytes() == (files / "two.json").read_bytes()
+    assert [s["label"] for s in json.loads((files / "one.json").read_text())["systems"]] == ["good", "bad"]
+    assert "good    all " in first and "bad     60+ " in first
+    assert (files / "curve.png").read_bytes().startswith(PNG_MAGIC)
+    assert run_eval(files, "--format", "csv").startswith("system,bucket,")
+
+
+def test_cli_plot_curve_combines_saved_reports(files):
+    run_eval(files, "--label", "A", "--label", "B", "--output", str(files / "a.json"))
+    run_eval(files, "--label", "C", "--label", "D", "--output", str(files / "b.json"))
+    result = CliRunner().invoke(
+        app, ["plot", "curve", str(files / "a.json"), str(files / "b.json"), "-o", str(files / "both.png")]
+    )
+    assert result.exit_code == 0, result.output
+    assert (files / "both.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["eval", "--hyp", "short.fr", "--ref", "ref.fr"], "short.fr has 59 lines but ref.fr has 60"),
+        (
+            ["eval", "--hyp", "good.fr", "--ref", "ref.fr", "--src", "missing.en"],
+            "missing.en: file not found",
+        ),
+        (["eval", "--hyp", "good.fr", "--ref", "ref.fr", "--by-length"], "give --src SRC"),
+        (["plot", "curve", "ref.fr", "-o", "x.png"], "ref.fr: not valid JSON"),
+    ],
+)
+def test_cli_errors_are_one_line_with_exit_code_2(files, args, message):
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq_attn", *args], cwd=files, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("seq2seq: error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
