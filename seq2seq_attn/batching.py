@@ -78,13 +78,14 @@ def cut_batches(
     """Cut a length-sorted pool into batches under the size budget (one pass)."""
     if batch_type == "sentences":
         return [pool[i : i + batch_size] for i in range(0, len(pool), batch_size)]
-    batches, start, longest = [], 0, 0
+    batches, start, src_max, tgt_max = [], 0, 0, 0
     for i, example in enumerate(pool):
-        width = int(src_lengths[example]) + int(tgt_lengths[example]) + 2  # + EOS on src, BOS/EOS on tgt
-        if i > start and max(longest, width) * (i - start + 1) > batch_size:
+        src_len, tgt_len = int(src_lengths[example]) + 1, int(tgt_lengths[example]) + 1  # + EOS / BOS
+        width = max(src_max, src_len) + max(tgt_max, tgt_len)  # padded positions per row if added
+        if i > start and width * (i - start + 1) > batch_size:
             batches.append(pool[start:i])
-            start, longest = i, 0
-        longest = max(longest, width)
+            start, src_max, tgt_max = i, 0, 0
+        src_max, tgt_max = max(src_max, src_len), max(tgt_max, tgt_len)
     if start < len(pool):
         batches.append(pool[start:])
     return batches

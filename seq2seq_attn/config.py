@@ -48,7 +48,7 @@ class SyntheticConfig:
     test_size: int = option(1000, "Test sentence pairs to generate.", ge=1)
     vocab_size: int = option(
         2500,
-        "Content words (nouns, verbs, adjectives, adverbs) per language; ~35 function words come on top.",
+        "Content words (nouns, verbs, adjectives, adverbs) per language; 33 function words come on top.",
         ge=100,
     )
     irregular_words: int = option(

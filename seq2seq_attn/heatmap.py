@@ -46,6 +46,7 @@ def draw_attention(path: str | Path, weights: np.ndarray, src_labels: list[str],
     axes = figure.subplots()
     axes.imshow(weights, cmap="gray", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     axes.xaxis.tick_top()
+    axes.xaxis.set_label_position("top")
     axes.set_xticks(range(0, len(src_labels), x_step))
     axes.set_xticklabels([label_text(p) for p in src_labels[::x_step]], rotation=90, fontsize=x_font)
     axes.set_yticks(range(0, len(tgt_labels), y_step))

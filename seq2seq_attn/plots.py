@@ -88,3 +88,27 @@ def curve_figure(report: dict[str, Any]) -> Figure:
 
 def save_curve(report: dict[str, Any], path: str | Path) -> None:
     save_figure(curve_figure(report), path)
+
+
+def training_figure(records: list[dict[str, Any]], title: str = "") -> Figure:
+    """Training loss and dev loss against updates (left), dev BLEU against updates (right)."""
+    train = [r for r in records if "loss" in r]
+    valid = [r for r in records if "valid_loss" in r]
+    if not train and not valid:
+        raise UserError("metrics.jsonl holds no training or validation records yet")
+    figure = Figure(figsize=(10, 4), layout="constrained")
+    FigureCanvasAgg(figure)
+    loss_axes, bleu_axes = figure.subplots(1, 2)
+    loss_axes.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
+    loss_axes.plot([r["step"] for r in valid], [r["valid_loss"] for r in valid], marker="o", label="dev loss")
+    loss_axes.set_xlabel("update")
+    loss_axes.set_ylabel("cross-entropy per target token")
+    loss_axes.legend()
+    bleu_axes.plot([r["step"] for r in valid], [r["valid_bleu"] for r in valid], marker="o", color="C2")
+    bleu_axes.set_xlabel("update")
+    bleu_axes.set_ylabel("dev BLEU")
+    for axes in (loss_axes, bleu_axes):
+        axes.grid(alpha=0.3)
+    if title:
+        figure.suptitle(title)
+    return figure

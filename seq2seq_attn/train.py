@@ -185,7 +185,7 @@ def _init_run_dir(run_dir: Path, config: Config, vocab: Vocab, step: int) -> Non
     target = run_dir / "vocab"
     if not target.is_dir() or Vocab.load(target).fingerprint() != vocab.fingerprint():
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(vocab.directory, target, ignore=shutil.ignore_patterns("cache"))
+        vocab.copy_to(target)
     _truncate_metrics(run_dir / "metrics.jsonl", step)
 
 

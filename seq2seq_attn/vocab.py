@@ -66,17 +66,17 @@ class Vocab:
 
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
-    def __init__(self, folder: Path, model_type: str, joint: bool, threads: int = 0) -> None:
-        self.folder = Path(folder)
+    def __init__(self, directory: Path, model_type: str, joint: bool, threads: int = 0) -> None:
+        self.directory = Path(directory)
         self.model_type = model_type
         self.joint = joint
         self.threads = resolve_threads(threads)
-        self.model_files = [self.folder / f"{name}.model" for name in _model_names(joint)]
+        self.model_files = [self.directory / f"{name}.model" for name in _model_names(joint)]
         for file in self.model_files:
             if not file.is_file():
                 raise UserError(f"{file}: vocabulary model not found; run `seq2seq vocab CONFIG`")
         self._src = spm.SentencePieceProcessor(model_file=str(self.model_files[0]))
-        self._tgt = spm.SentencePieceProcessor(model_file=str(self.model_files[-1]))
+        self._tgt = self._src if joint else spm.SentencePieceProcessor(model_file=str(self.model_files[1]))
         self._fingerprint = _fingerprint(self.model_files)
         # word models: piece -> id, to encode word by word (see the module docstring)
         word_level = model_type == "word"
@@ -130,7 +130,7 @@ class Vocab:
         """Copy the models and manifest (not the token cache) into `dest`, e.g. a run directory."""
         dest = Path(dest)
         dest.mkdir(parents=True, exist_ok=True)
-        for file in [*self.model_files, self.folder / "manifest.json"]:
+        for file in [*self.model_files, self.directory / "manifest.json"]:
             with atomic_write(dest / file.name, "wb") as out, open(file, "rb") as source:
                 shutil.copyfileobj(source, out)
 

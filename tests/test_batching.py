@@ -50,7 +50,7 @@ def test_token_budget_and_low_padding_on_skewed_lengths():
         width = int(cache.src.lengths[b].max() + cache.tgt.lengths[b].max()) + 2
         assert width * len(b) <= 2000 or len(b) == 1
     assert sorted(np.concatenate(batches).tolist()) == idx.tolist()  # every example exactly once
-    assert padding_ratio(cache, batches) < 0.10
+    assert padding_ratio(cache, batches) < 0.15  # stated bound: under 15% padded positions
     # without sorting (pool of one batch) padding is far higher: the bucketing is what keeps it low
     unsorted = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "sentences", 64, 1, seed=1, epoch=0)
     assert padding_ratio(cache, unsorted) > 0.3

@@ -175,11 +175,30 @@ def test_cache_is_rebuilt_only_for_changed_data_or_vocabulary(data_dir: Path) ->
     assert len(build_cache(bigger, retrained, force=True)) == 6
 
 
-def test_misaligned_split_is_a_user_error(data_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("test.tgt", b"one line too few\n" * 39, r"test\.src has 40 lines but test\.tgt has 39"),
+        ("valid.src", b"fine\nfine\nbad \xff byte\n" + b"fine\n" * 37, r"valid\.src:3: invalid UTF-8"),
+    ],
+)
+def test_bad_split_files_are_user_errors(data_dir: Path, name: str, content: bytes, message: str) -> None:
     config = make_config(data_dir)
-    (data_dir / "test.tgt").write_text("one line too few\n" * 39, encoding="utf-8")
-    with pytest.raises(UserError, match=r"test\.src has 40 lines but test\.tgt has 39"):
+    (data_dir / name).write_bytes(content)
+    with pytest.raises(UserError, match=message):
         build_cache(config, build_vocab(config))
+
+
+def test_copy_to_makes_a_self_contained_vocabulary(data_dir: Path, tmp_path: Path) -> None:
+    config = make_config(data_dir, joint=True)
+    vocab = build_vocab(config)
+    build_cache(config, vocab)
+    vocab.copy_to(tmp_path / "run" / "vocab")
+    assert sorted(p.name for p in (tmp_path / "run" / "vocab").iterdir()) == ["joint.model", "manifest.json"]
+    copy = Vocab.load(tmp_path / "run" / "vocab")
+    assert copy.fingerprint() == vocab.fingerprint()
+    text = lines(data_dir, "valid.tgt")
+    assert copy.encode_src(text) == vocab.encode_src(text) and copy.encode_tgt(text) == vocab.encode_tgt(text)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -204,18 +223,19 @@ def test_cli_trains_encodes_and_reports_then_does_no_work(data_dir: Path, tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("setup", "message"),
+    ("setup", "size", "message"),
     [
-        ("too_large", "vocab.size=5000 is too large"),
-        ("unprepared", "run `seq2seq data prepare CONFIG` first"),
+        ("too_large", 5000, "vocab.size=5000 is too large"),
+        ("too_small", 10, "vocab.size=10 is too small"),
+        ("unprepared", SIZE, "run `seq2seq data prepare CONFIG` first"),
     ],
 )
-def test_cli_errors_are_one_line(data_dir: Path, tmp_path: Path, setup: str, message: str) -> None:
+def test_cli_errors_are_one_line(data_dir: Path, tmp_path: Path, setup: str, size: int, message: str) -> None:
     if setup == "unprepared":
         (data_dir / "train.src").unlink()
     config = tmp_path / "exp.yaml"
     config.write_text(f"data:\n  dir: {data_dir}\n", encoding="utf-8")
-    result = run_cli("--quiet", "vocab", str(config), "--set", "vocab.size=5000")
+    result = run_cli("--quiet", "vocab", str(config), "--set", f"vocab.size={size}")
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

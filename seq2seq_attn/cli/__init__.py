@@ -16,6 +16,8 @@ from .. import __version__, console
 from ..errors import UserError
 from . import config as config_cli
 from . import evaluate as evaluate_cli
+from . import train as train_cli
+from . import vocab as vocab_cli
 
 app = typer.Typer(
     name="seq2seq",
@@ -49,7 +51,7 @@ def _global_options(
     console.set_quiet(quiet)
 
 
-for _module in (config_cli, evaluate_cli):
+for _module in (config_cli, vocab_cli, train_cli, evaluate_cli):
     _module.register(app)
 
 

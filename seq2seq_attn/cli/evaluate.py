@@ -150,3 +150,19 @@ def plot_curve(
 
     save_curve(merged, output)
     info(f"wrote {output}")
+
+
+@plot_app.command("training")
+def plot_training(
+    run_dir: Path = typer.Argument(..., help="A run directory with metrics.jsonl.", show_default=False),
+    output: Path = typer.Option(
+        None, "--output", "-o", help="Image file (.png, .pdf, .svg); default RUN_DIR/training.png."
+    ),
+) -> None:
+    """Draw training and dev loss, and dev BLEU, against updates from a run's metrics.jsonl."""
+    from ..plots import save_figure, training_figure
+    from ..train import read_metrics
+
+    output = output or run_dir / "training.png"
+    save_figure(training_figure(read_metrics(run_dir), title=run_dir.name), output)
+    info(f"wrote {output}")

@@ -2,42 +2,45 @@
 
 Bahdanau et al. (2014) show that RNNencdec, which squeezes the whole source sentence into one vector,
 loses BLEU as sentences grow, while RNNsearch, which attends to every source annotation, does not. This
-module makes that phenomenon reproducible offline in minutes on a CPU.
+module makes that phenomenon reproducible offline, in minutes, on a CPU.
 
 The two languages. Each has a Zipfian lexicon of `vocab_size` content words (nouns, verbs, adjectives,
-adverbs) plus ~35 function words. Words are pseudo-words built from syllables, so sentencepiece splits
-the rarer ones into pieces: the source uses CV syllables (`kamotu`), the target consonant clusters and
-vowel digraphs (`chouthei`), so the two look different. Frequent words get arbitrary translations; the
-long tail are cognates (a fixed syllable-to-syllable sound correspondence plus a part-of-speech ending),
-as names and loanwords are in real languages, so rare words can be learnt from a handful of examples.
-Word ranks are dealt to the word classes so that each class holds its share of the probability mass:
-the corpus as a whole then follows p(rank) ~ rank^-s.
+adverbs) plus 33 function words, all pseudo-words made of syllables, so sentencepiece splits the rarer
+ones into pieces. The source uses consonant-vowel syllables (`kamotu`), the target onsets the source never
+uses (c h j w x y sh ch th) and diphthongs (`xauweichu`), so the two never share a word. The most frequent
+`irregular_words` content words get arbitrary translations; the long tail are cognates (a fixed
+syllable-to-syllable sound correspondence plus a part-of-speech ending), as names and loanwords are in
+real languages, so that rare words can be learnt from a handful of examples. Word ranks are dealt to the
+word classes so that each class holds its share of the probability mass: the corpus as a whole then
+follows p(rank) ~ rank^-zipf_exponent.
 
-The grammar (source side). sentence = clause ("," conjunction clause)* "."; clause = NP VP;
-NP = pronoun | determiner ("ra"? adjective)* noun (PP | relative clause)?; relative clause = "ko" VP;
-VP = adverb? negation? verb NP? PP* ("," subordinator clause)?; PP = preposition NP, where a preposition
-may be a fixed two-word compound. Every sentence draws a target length uniformly from
-[min_words, max_words] and starts as "pronoun verb ."; random expansions (add an adjective, an object, a
-PP, a relative, subordinate or coordinated clause, ...) each add a known number of words and are applied
-until the length is reached, so every sentence is a complete grammatical structure.
+The grammar (source side, in capitals the function words, drawn anew for every seed):
+    sentence = clause ("," CONJ clause)* "."        clause = NP VP
+    NP = PRON | DET (INTENS? ADJ)* NOUN (PP | REL VP)?
+    VP = ADV? NEG? VERB NP? PP* ("," SUBORD clause)?   PP = PREP NP | PREP PREP NP (a fixed compound)
+Each sentence draws a target length uniformly from [min_words, max_words] (punctuation counts as a word)
+and starts as "PRON VERB ."; random expansions (an adjective, an adverb, an object, a PP, a relative,
+subordinate or coordinated clause, ...) each add a known number of words and are applied until the
+length is reached, so every sentence is a complete grammatical structure.
 
-The translation is a deterministic function of the source string (every attachment ambiguity of the
-grammar renders to the same target), with only local changes:
+The translation is a deterministic function of the source string (the grammar's attachment ambiguities
+all render to the same target) and changes the sentence only locally:
 - a bilingual lexicon, with noun classes (read off the noun's last vowel) and number on the target side:
   determiners, adjectives and relative pronouns agree with their noun, plural nouns take a suffix;
 - adjective-noun inversion, several adjectives in mirror order ("big red dog" -> "dog red big");
 - object-verb order: the object's determiner, adjectives and noun move before the verb, its PP or
   relative clause stays after it; the adverb moves after the verb;
-- one-to-many: negation "ne" becomes a circumfix around the verb (no ... pa), and some verbs translate
-  as a light verb plus a stem ("dance" -> "do dance");
-- many-to-one: compound prepositions (two source words) and the intensifier "ra" + adjective (an
-  adjective prefix) become one target word.
+- one-to-many: NEG becomes a circumfix around the verb ("not see" -> "ne see pas"), and some verbs
+  translate as a light verb plus a stem ("dance" -> "do dance");
+- many-to-one: compound prepositions (two source words) and INTENS + adjective (a prefix) become one
+  target word.
 
-Why long sentences are hard for a fixed-size vector: each content word must be reproduced, and most are
-drawn from a long Zipf tail, so the information to carry grows linearly with the length (about
-log2(vocab_size) bits a word, ~80 words at the top of the range); a 256-unit vector cannot hold it and
-the decoder forgets or garbles the middle and the end. The alignment, by contrast, is monotone up to
-swaps within a few words, exactly what soft attention learns quickly, so RNNsearch keeps its quality.
+Why long sentences are hard for a fixed-size vector: every content word must be reproduced, each a draw
+from a Zipf law over hundreds of words per class (5-7 bits of entropy), so the information to carry grows
+linearly with the length, to some 200-300 bits for 80 words; a 256-unit recurrent state squeezed through
+one vector cannot keep it, and the decoder drops or garbles words of long sentences. The alignment, by
+contrast, is monotone up to swaps within a few words, which soft attention learns quickly, so RNNsearch
+keeps its quality.
 
 `generate_split` streams the pairs (memory does not grow with the split size); `generate_aligned` yields
 them with the gold word alignment, which shows how the target departs from a word-for-word copy.
@@ -57,13 +60,13 @@ from ..errors import UserError
 
 SPLITS = ("train", "valid", "test")
 
-# Sound systems. Source: one consonant + one vowel. Target: a consonant or digraph (using c h j w x y, which
-# the source never uses) + a vowel or diphthong, so a target word splits into syllables in exactly one way
-# and distinct syllable sequences stay distinct.
+# Sound systems. Source: one consonant + one vowel. Target: an onset made of letters the source never uses
+# (c h j w x y) + a vowel or diphthong, so no target word is ever spelt like a source word, a target word
+# splits into syllables in exactly one way, and distinct syllable sequences stay distinct.
 SRC_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70
-TGT_ONSETS = ("c", "h", "j", "w", "x", "y", "l", "n", "r", "s", "t", "sh", "ch", "th")
+TGT_ONSETS = ("c", "h", "j", "w", "x", "y", "sh", "ch", "th")
 TGT_NUCLEI = ("a", "e", "i", "o", "u", "ou", "ei", "ai", "au")
-TGT_SYLLABLES = [c + v for c in TGT_ONSETS for v in TGT_NUCLEI]  # 126
+TGT_SYLLABLES = [c + v for c in TGT_ONSETS for v in TGT_NUCLEI]  # 81
 
 # Share of content-word slots each class fills in generated text (measured); ranks are dealt to match.
 CLASS_SHARE = {"noun": 0.40, "verb": 0.26, "adj": 0.24, "adv": 0.10}
@@ -84,6 +87,8 @@ N_PRONOUNS = 6
 N_PREPOSITIONS = 10
 N_COMPOUNDS = 8  # two-preposition compounds, e.g. "in front of"
 CONJUNCTION_WEIGHTS = (0.6, 0.25, 0.15)  # and, but, or
+DETERMINER_CUM = list(itertools.accumulate(DETERMINER_WEIGHTS))
+CONJUNCTION_CUM = list(itertools.accumulate(CONJUNCTION_WEIGHTS))
 N_SUBORDINATORS = 5
 N_LIGHT_VERBS = 3
 
@@ -140,8 +145,8 @@ class Language:
 
 def build_language(cfg: SyntheticConfig) -> Language:
     rng = random.Random(derive_seed(cfg.seed, "language"))
-    src_fn = iter(rng.sample(SRC_SYLLABLES, 40))  # one-syllable function words, all distinct
-    tgt_fn = iter(rng.sample(TGT_SYLLABLES, 60))
+    src_fn = iter(rng.sample(SRC_SYLLABLES, 40))  # one-syllable function words, all distinct (33 used)
+    tgt_fn = iter(rng.sample(TGT_SYLLABLES, 60))  # (51 used)
     syllable_map = dict(zip(SRC_SYLLABLES, rng.sample(TGT_SYLLABLES, len(SRC_SYLLABLES)), strict=True))
 
     # Source content words: frequent ones short, rare ones long (Zipf's law of abbreviation).
@@ -294,7 +299,7 @@ class Sentence:
     clauses: list[Clause] = field(default_factory=list)
     conjunctions: list[int] = field(default_factory=list)
     conj_at: list[int] = field(default_factory=list)
-    size: int = 1  # source words, the final period included
+    size: int = 0  # source words, the final period included
     nps: list[NP] = field(default_factory=list)
     vps: list[VP] = field(default_factory=list)
     pps: list[PP] = field(default_factory=list)
@@ -328,10 +333,6 @@ def _new_clause(s: Sentence, lang: Language, rng: random.Random) -> Clause:
     subj = NP(pronoun=rng.randrange(N_PRONOUNS))
     s.nps.append(subj)
     return Clause(subj, _new_vp(s, lang, rng, relative=False))
-
-
-DETERMINER_CUM = list(itertools.accumulate(DETERMINER_WEIGHTS))
-CONJUNCTION_CUM = list(itertools.accumulate(CONJUNCTION_WEIGHTS))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -476,7 +477,7 @@ def grow_sentence(lang: Language, rng: random.Random, length: int) -> Sentence:
     """Start from "pronoun verb ." and apply random expansions that fit until `length` words are reached."""
     s = Sentence()
     s.clauses.append(_new_clause(s, lang, rng))
-    s.size = 3
+    s.size = 3  # "PRON VERB ."
     while (room := length - s.size) > 0:
         options, cum_weights = FITTING[min(room, MAX_COST)]
         while options:
@@ -565,7 +566,7 @@ def render_source(s: Sentence, lang: Language) -> list[str]:
     return out
 
 
-class _Target:
+class Target:
     """Target words with, for each, the source positions it translates (the gold alignment)."""
 
     def __init__(self) -> None:
@@ -577,7 +578,7 @@ class _Target:
         self.words.append(word)
 
 
-def _tgt_np_head(np: NP, lang: Language, t: _Target) -> None:
+def _tgt_np_head(np: NP, lang: Language, t: Target) -> None:
     """Determiner, noun, then adjectives in mirror order, all agreeing with the noun's class and number."""
     if np.pronoun >= 0:
         t.emit(lang.pronoun[np.pronoun][1], np.noun_at)
@@ -594,7 +595,7 @@ def _tgt_np_head(np: NP, lang: Language, t: _Target) -> None:
             t.emit(stem, at)
 
 
-def _tgt_np_tail(np: NP, lang: Language, t: _Target) -> None:
+def _tgt_np_tail(np: NP, lang: Language, t: Target) -> None:
     if np.pp is not None:
         _tgt_pp(np.pp, lang, t)
     if np.rel is not None:
@@ -602,12 +603,12 @@ def _tgt_np_tail(np: NP, lang: Language, t: _Target) -> None:
         _tgt_vp(np.rel, lang, t)
 
 
-def _tgt_np(np: NP, lang: Language, t: _Target) -> None:
+def _tgt_np(np: NP, lang: Language, t: Target) -> None:
     _tgt_np_head(np, lang, t)
     _tgt_np_tail(np, lang, t)
 
 
-def _tgt_pp(pp: PP, lang: Language, t: _Target) -> None:
+def _tgt_pp(pp: PP, lang: Language, t: Target) -> None:
     if pp.compound >= 0:  # many-to-one: a two-word compound preposition -> one word
         t.emit(lang.compound[pp.compound][2], pp.at, pp.at + 1)
     else:
@@ -615,7 +616,7 @@ def _tgt_pp(pp: PP, lang: Language, t: _Target) -> None:
     _tgt_np(pp.np, lang, t)
 
 
-def _tgt_vp(vp: VP, lang: Language, t: _Target) -> None:
+def _tgt_vp(vp: VP, lang: Language, t: Target) -> None:
     """Object head before the verb, negation around it, adverb after it; the rest keeps source order."""
     if vp.obj is not None:
         _tgt_np_head(vp.obj, lang, t)
@@ -637,14 +638,14 @@ def _tgt_vp(vp: VP, lang: Language, t: _Target) -> None:
         _tgt_clause(vp.sub_clause, lang, t)
 
 
-def _tgt_clause(clause: Clause, lang: Language, t: _Target) -> None:
+def _tgt_clause(clause: Clause, lang: Language, t: Target) -> None:
     _tgt_np(clause.subj, lang, t)
     _tgt_vp(clause.vp, lang, t)
 
 
-def render_target(s: Sentence, lang: Language, source_len: int) -> _Target:
+def render_target(s: Sentence, lang: Language, source_len: int) -> Target:
     """Translate a sentence whose source was rendered (positions set) into target words and links."""
-    t = _Target()
+    t = Target()
     for i, clause in enumerate(s.clauses):
         if i:
             at = s.conj_at[i - 1]

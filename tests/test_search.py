@@ -1,0 +1,263 @@
+"""Beam search: greedy = beam 1, beam >= greedy, n-best, batch invariance, lengths, repeat blocking, stopping."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import TINY_MODEL
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from seq2seq_attn.config import DecodeConfig, ModelConfig
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.model import DecoderState, EncoderOutput, build_model
+from seq2seq_attn.search import length_penalty, score_bound, translate_ids
+from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID
+
+VOCAB = 30
+FAMILIES = [
+    {"decoder": "rnnsearch", "attention": "bahdanau", "cell": "gru"},
+    {"decoder": "luong", "attention": "general", "cell": "lstm"},
+    {"decoder": "rnnsearch", "attention": "none", "cell": "gru"},
+]
+PENALTIES = ["none", "average", "gnmt"]
+
+
+def random_model(seed: int = 0, **overrides: str) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model(ModelConfig(**{**TINY_MODEL, **overrides}), VOCAB, VOCAB).eval()
+
+
+def sources(n: int, seed: int = 0, longest: int = 12) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(4, VOCAB) for _ in range(rng.randint(1, longest))] for _ in range(n)]
+
+
+def decode(**settings: object) -> DecodeConfig:
+    return dataclasses.replace(DecodeConfig(), **settings)
+
+
+@pytest.fixture(scope="module")
+def copy_model() -> nn.Module:
+    """A tiny model trained to copy its source (peaked distributions, like a trained system)."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(**{**TINY_MODEL, "hidden_size": 32, "decoder_hidden_size": 32}), VOCAB, VOCAB)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    rng = random.Random(1)
+    for _ in range(250):
+        batch = [[rng.randrange(4, 14) for _ in range(rng.randint(1, 6))] for _ in range(32)]
+        width = max(map(len, batch)) + 1
+        src = torch.tensor([s + [EOS_ID] + [PAD_ID] * (width - len(s) - 1) for s in batch])
+        tgt_in = torch.tensor([[BOS_ID] + s + [PAD_ID] * (width - len(s) - 1) for s in batch])
+        tgt_out = torch.tensor([s + [EOS_ID] + [PAD_ID] * (width - len(s) - 1) for s in batch])
+        logits = model(src, torch.tensor([len(s) + 1 for s in batch]), tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def copy_sources(n: int, seed: int = 2) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(4, 14) for _ in range(rng.randint(1, 6))] for _ in range(n)]
+
+
+@torch.no_grad()
+def reference_greedy(model: nn.Module, ids: list[int], max_len: int) -> tuple[list[int], float]:
+    """Greedy decoding written independently of search.py: argmax over model.step until EOS or max_len."""
+    enc = model.encode(torch.tensor([ids + [EOS_ID]]), torch.tensor([len(ids) + 1]))
+    state, token, out, total = model.init_state(enc), BOS_ID, [], 0.0
+    for step in range(max_len + 1):
+        log_probs, state, _ = model.step(enc, state, torch.tensor([token]))
+        log_probs = log_probs[0].clone()
+        log_probs[[PAD_ID, BOS_ID]] = float("-inf")
+        token = EOS_ID if step == max_len else int(log_probs.argmax())
+        total += float(log_probs[token])
+        if token == EOS_ID:
+            return out, total
+        out.append(token)
+    raise AssertionError("unreachable: EOS is forced at max_len")
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f["decoder"] + "-" + f["attention"])
+@pytest.mark.parametrize("penalty", PENALTIES)
+def test_beam_one_is_greedy(family: dict, penalty: str) -> None:
+    model = random_model(1, **family)
+    srcs = sources(12, seed=3)
+    cfg = decode(beam_size=1, length_penalty=penalty, max_len_a=1.0, max_len_b=4)
+    results = translate_ids(model, srcs, cfg, "cpu")
+    for ids, (hyp,) in zip(srcs, results, strict=True):
+        tokens, log_prob = reference_greedy(model, ids, int(1.0 * len(ids) + 4))
+        assert hyp.tokens == tokens
+        assert hyp.log_prob == pytest.approx(log_prob, rel=1e-5)
+        assert hyp.score == pytest.approx(log_prob / length_penalty(len(tokens) + 1, penalty, cfg.alpha), rel=1e-5)
+
+
+@pytest.mark.parametrize("penalty", PENALTIES)
+def test_beam_is_never_worse_than_greedy_and_nbest_is_sorted_and_distinct(copy_model: nn.Module, penalty: str):
+    srcs = copy_sources(40)
+    greedy = translate_ids(copy_model, srcs, decode(beam_size=1, length_penalty=penalty), "cpu")
+    beam = translate_ids(copy_model, srcs, decode(beam_size=4, nbest=4, length_penalty=penalty), "cpu")
+    assert sum(g[0].tokens == s for g, s in zip(greedy, srcs, strict=True)) >= 20  # the model did learn to copy
+    for (g,), nbest in zip(greedy, beam, strict=True):
+        assert nbest[0].score >= g.score - 1e-6
+        scores = [h.score for h in nbest]
+        assert scores == sorted(scores, reverse=True)
+        assert len({tuple(h.tokens) for h in nbest}) == len(nbest) == 4
+
+
+@pytest.mark.parametrize("family", FAMILIES[:2], ids=lambda f: f["decoder"])
+def test_translation_does_not_depend_on_batch_size_or_neighbours(family: dict) -> None:
+    model = random_model(2, **family)
+    srcs = sources(24, seed=5, longest=15)
+    cfg = decode(beam_size=4, nbest=2)
+    alone = [translate_ids(model, [s], cfg, "cpu")[0] for s in srcs]
+    order = list(range(len(srcs)))
+    random.Random(0).shuffle(order)
+    for budget in (16 * 4, 10_000):  # several batches, and everything in one batch
+        together = translate_ids(model, [srcs[i] for i in order], cfg, "cpu", batch_tokens=budget)
+        for i, nbest in zip(order, together, strict=True):
+            assert [h.tokens for h in nbest] == [h.tokens for h in alone[i]]
+            # CPU matrix kernels pick their blocking by row count, so the last float bits may differ
+            assert [h.score for h in nbest] == pytest.approx([h.score for h in alone[i]], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize(("min_len", "max_len_a", "max_len_b"), [(0, 0.0, 3), (4, 0.5, 2), (9, 0.0, 5)])
+def test_output_lengths_respect_min_and_max(min_len: int, max_len_a: float, max_len_b: int) -> None:
+    model = random_model(4)
+    srcs = sources(10, seed=7)
+    cfg = decode(beam_size=3, nbest=3, min_len=min_len, max_len_a=max_len_a, max_len_b=max_len_b)
+    for ids, nbest in zip(srcs, translate_ids(model, srcs, cfg, "cpu"), strict=True):
+        longest = int(max_len_a * len(ids) + max_len_b)
+        for hyp in nbest:
+            assert min(min_len, longest) <= len(hyp.tokens) <= longest  # the maximum wins over the minimum
+            assert not {PAD_ID, BOS_ID, EOS_ID} & set(hyp.tokens)
+
+
+def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_no_repeat_ngram_blocks_repeats(n: int) -> None:
+    model = random_model(5)
+    srcs = sources(10, seed=8)
+    forced_long = {"beam_size": 3, "nbest": 3, "min_len": 100, "max_len_a": 2.0, "max_len_b": 6}
+    repeated = lambda results: sum(  # noqa: E731
+        len(set(ngrams(h.tokens, n))) < len(ngrams(h.tokens, n)) for nbest in results for h in nbest
+    )
+    assert repeated(translate_ids(model, srcs, decode(**forced_long), "cpu")) > 0  # the test can fail
+    assert repeated(translate_ids(model, srcs, decode(**forced_long, no_repeat_ngram=n), "cpu")) == 0
+
+
+class CountingModel(nn.Module):
+    """Wraps a model and records how many rows each decoder step is asked to compute."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.rows = inner, []
+
+    def encode(self, src, src_lengths):
+        return self.inner.encode(src, src_lengths)
+
+    def init_state(self, enc):
+        return self.inner.init_state(enc)
+
+    def step(self, enc, state, y_prev):
+        self.rows.append(len(y_prev))
+        return self.inner.step(enc, state, y_prev)
+
+
+def test_finished_sentences_leave_the_batch() -> None:
+    counting = CountingModel(random_model(6))
+    srcs = [[5] * n for n in (1, 3, 4, 8)]
+    k, cfg = 3, decode(beam_size=3, min_len=100, max_len_a=1.0, max_len_b=1)  # every sentence runs to a*len+b
+    translate_ids(counting, srcs, cfg, "cpu")
+    max_lens = [len(s) + 1 for s in srcs]
+    assert counting.rows == [k * sum(m >= step for m in max_lens) for step in range(max(max_lens) + 1)]
+
+
+class ScriptedModel(nn.Module):
+    """A stand-in for Seq2Seq whose next-token distribution depends only on the step number.
+
+    `script[t]` maps tokens to probabilities at step t (the rest of the mass is spread evenly over the
+    other tokens); steps past the script repeat its last entry. Attention is one-hot on `attend[t]`.
+    """
+
+    def __init__(self, script: list[dict[int, float]], attend: list[int] | None = None, vocab: int = VOCAB):
+        super().__init__()
+        self.script, self.attend, self.vocab, self.steps = script, attend or [], vocab, 0
+
+    def encode(self, src, src_lengths):
+        mask = torch.arange(src.size(1)) < src_lengths.unsqueeze(1)
+        return EncoderOutput(annotations=torch.zeros(*src.shape, 1), mask=mask, final=torch.zeros(len(src), 1))
+
+    def init_state(self, enc):
+        return DecoderState(hidden=torch.zeros(len(enc.mask), 1, 1))  # hidden = the step number
+
+    def step(self, enc, state, y_prev):
+        self.steps += 1
+        t = int(state.hidden[0, 0, 0])
+        probs = self.script[min(t, len(self.script) - 1)]
+        rest = (1.0 - sum(probs.values())) / (self.vocab - len(probs))
+        row = torch.full((self.vocab,), rest)
+        for token, p in probs.items():
+            row[token] = p
+        attention = torch.zeros(enc.mask.shape)
+        if t < len(self.attend):
+            attention[:, self.attend[t]] = 1.0
+        else:
+            attention = enc.mask.float() / enc.mask.sum(1, keepdim=True)
+        rows = len(y_prev)
+        return row.log().expand(rows, -1), DecoderState(hidden=state.hidden + 1), attention
+
+
+def test_search_stops_once_no_open_hypothesis_can_win() -> None:
+    # EOS is the likely first token; everything else is so unlikely that no continuation can catch up.
+    model = ScriptedModel([{EOS_ID: 0.9, 5: 0.05}])
+    cfg = decode(beam_size=3, length_penalty="gnmt", max_len_a=0.0, max_len_b=50)
+    (best,) = translate_ids(model, [[7, 8]], cfg, "cpu")[0]
+    assert best.tokens == []
+    assert model.steps <= 3  # not 51
+
+
+@pytest.mark.parametrize(("penalty", "expected"), [("none", []), ("average", [5] * 6)])
+def test_search_keeps_going_while_a_longer_hypothesis_can_still_win(penalty: str, expected: list[int]) -> None:
+    # Step 0: EOS 0.5 vs token 5 0.45; then 5 is near certain until EOS becomes near certain at step 6.
+    # Without normalisation the empty hypothesis wins at once; per-token averaging prefers "5 5 5 5 5 5".
+    script = [{EOS_ID: 0.5, 5: 0.45}] + [{5: 0.999}] * 5 + [{EOS_ID: 0.999}]
+    cfg = decode(beam_size=2, length_penalty=penalty, max_len_a=0.0, max_len_b=20)
+    (best,) = translate_ids(ScriptedModel(script), [[7]], cfg, "cpu")[0]
+    assert best.tokens == expected
+
+
+@given(
+    log_p=st.floats(-50, 0),
+    drop=st.floats(0, 50),
+    length=st.integers(0, 30),
+    extra=st.integers(1, 30),
+    max_len=st.integers(0, 60),
+    penalty=st.sampled_from(PENALTIES),
+    alpha=st.floats(0, 2),
+)
+def test_score_bound_is_an_upper_bound_on_every_completion(log_p, drop, length, extra, max_len, penalty, alpha):
+    """Any completion (log p falls by `drop`, length grows by `extra`, within max_len) scores <= the bound."""
+    final_length = min(length + extra, max_len + 1)
+    cfg = decode(length_penalty=penalty, alpha=alpha)
+    completion = (log_p - drop) / length_penalty(final_length, penalty, alpha)
+    assert completion <= score_bound(log_p, max_len, cfg) + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"beam_size": 0}, "--beam"), ({"nbest": 3, "beam_size": 2}, "exceeds --beam"), ({"max_len_b": 0}, "--max-len-b")],
+)
+def test_impossible_settings_are_user_errors(settings: dict, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        translate_ids(random_model(), [[5]], decode(**settings), "cpu")
