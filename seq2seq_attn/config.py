@@ -212,12 +212,14 @@ class ModelConfig:
         0.0, "Dropout before the output projection (on t_i for rnnsearch, on h~_t for luong).", ge=0, lt=1
     )
     tie_embeddings: bool = option(
-        False, "Share target embeddings with the output projection (sizes must match)."
+        False,
+        "Share target embeddings with the output projection: needs tgt_embed_dim == maxout_dim (rnnsearch) "
+        "or == decoder_hidden_size (luong).",
     )
     init: str = option(
         "paper",
-        "Initialisation: paper = Bahdanau App. A (orthogonal recurrent matrices, attention W_a/U_a N(0, 0.001^2) "
-        "and v_a 0, other weights N(0, 0.01^2), biases 0); pytorch = library defaults.",
+        "Initialisation: paper = Bahdanau App. A (orthogonal recurrent matrices, attention W_a/U_a "
+        "N(0, 0.001^2) and v_a 0, other weights N(0, 0.01^2), biases 0); pytorch = library defaults.",
         choices=["paper", "pytorch"],
     )
 

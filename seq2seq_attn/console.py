@@ -31,3 +31,8 @@ def info(message: str) -> None:
     """A status line on stderr (stdout is kept for results that may be piped)."""
     if not QUIET:
         print(message, file=sys.stderr, flush=True)
+
+
+def warn(message: str) -> None:
+    """A line the user must see even with --quiet (an interruption, a skipped update)."""
+    print(message, file=sys.stderr, flush=True)

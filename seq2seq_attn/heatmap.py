@@ -36,10 +36,14 @@ def label_text(piece: str) -> str:
     return shown.replace("$", r"\$")
 
 
-def draw_attention(path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]) -> None:
+def draw_attention(
+    path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]
+) -> None:
     """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
     if weights.shape != (len(tgt_labels), len(src_labels)):
-        raise ValueError(f"attention {weights.shape} does not match {len(tgt_labels)} x {len(src_labels)} labels")
+        raise ValueError(
+            f"attention {weights.shape} does not match {len(tgt_labels)} x {len(src_labels)} labels"
+        )
     width, x_font, x_step = axis_layout(len(src_labels))
     height, y_font, y_step = axis_layout(len(tgt_labels))
     figure = Figure(figsize=(width + 1.5, height + 1.5))

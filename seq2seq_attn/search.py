@@ -24,7 +24,6 @@ resolved by the values of that sentence's row alone.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -59,17 +58,23 @@ def check_decode_config(cfg: DecodeConfig) -> None:
     rules = [
         (cfg.beam_size >= 1, f"--beam (decode.beam_size) must be >= 1, got {cfg.beam_size}"),
         (cfg.nbest >= 1, f"--nbest (decode.nbest) must be >= 1, got {cfg.nbest}"),
-        (cfg.nbest <= cfg.beam_size,
-         f"--nbest (decode.nbest) = {cfg.nbest} exceeds --beam (decode.beam_size) = {cfg.beam_size}: "
-         "a beam of k finishes at most k hypotheses"),
-        (cfg.length_penalty in ("none", "average", "gnmt"),
-         f"--length-penalty (decode.length_penalty) must be none, average or gnmt, got {cfg.length_penalty!r}"),
+        (
+            cfg.nbest <= cfg.beam_size,
+            f"--nbest (decode.nbest) = {cfg.nbest} exceeds --beam (decode.beam_size) = {cfg.beam_size}: "
+            "a beam of k finishes at most k hypotheses",
+        ),
+        (
+            cfg.length_penalty in ("none", "average", "gnmt"),
+            f"--length-penalty (decode.length_penalty) must be none, average or gnmt: {cfg.length_penalty!r}",
+        ),
         (cfg.alpha >= 0, f"--alpha (decode.alpha) must be >= 0, got {cfg.alpha}"),
         (cfg.max_len_a >= 0, f"--max-len-a (decode.max_len_a) must be >= 0, got {cfg.max_len_a}"),
         (cfg.max_len_b >= 1, f"--max-len-b (decode.max_len_b) must be >= 1, got {cfg.max_len_b}"),
         (cfg.min_len >= 0, f"--min-len (decode.min_len) must be >= 0, got {cfg.min_len}"),
-        (cfg.no_repeat_ngram >= 0, f"--no-repeat-ngram (decode.no_repeat_ngram) must be >= 0, "
-                                   f"got {cfg.no_repeat_ngram}"),
+        (
+            cfg.no_repeat_ngram >= 0,
+            f"--no-repeat-ngram (decode.no_repeat_ngram) must be >= 0, got {cfg.no_repeat_ngram}",
+        ),
         (cfg.batch_tokens >= 1, f"--batch-tokens (decode.batch_tokens) must be >= 1, got {cfg.batch_tokens}"),
     ]
     for ok, message in rules:
@@ -105,8 +110,9 @@ def score_bound(open_log_prob: float, max_len: int, cfg: DecodeConfig) -> float:
 
 
 @torch.no_grad()
-def beam_search(model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig,
-                with_attention: bool = False) -> list[list[Hypothesis]]:
+def beam_search(
+    model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
+) -> list[list[Hypothesis]]:
     """The `cfg.nbest` best hypotheses of each sentence, best first.
 
     src: (batch, src_len) source ids, each sentence ending in EOS, padded with PAD. src_lengths: (batch,)
@@ -135,10 +141,12 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig,
     while alive:
         n = len(alive)
         step_log_probs, state, attention = model.step(enc, state, y_prev)  # (rows, V), _, (rows, src_len)
-        step_log_probs = constrain(step_log_probs.float(), step, tokens, max_len_rows, cfg)
+        attention = attention.float() if with_attention else None
         vocab_size = step_log_probs.size(1)
         # Every continuation of every open hypothesis of a sentence: (sentences, k * V).
-        candidates = (log_p.view(-1, 1) + step_log_probs).view(n, k * vocab_size)
+        candidates = log_p.view(-1, 1) + step_log_probs.float()  # (rows, V)
+        constrain_(candidates, step, tokens, max_len_rows, cfg)
+        candidates = candidates.view(n, k * vocab_size)
         top_log_p, top_index = candidates.topk(k, dim=1)  # (sentences, k), best first
         origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # slot the candidate extends
         next_token = top_index % vocab_size
@@ -161,8 +169,11 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig,
             finished[sentence].append(Hypothesis(words, score, lp, weights))
         log_p = top_log_p.masked_fill(~(taken & ~ends), NEG_INF)
 
-        keep = [a for a, best in enumerate(log_p.max(dim=1).values.tolist())
-                if not _is_done(finished[alive[a]], best, max_lens[alive[a]], cfg)]
+        keep = [
+            a
+            for a, best in enumerate(log_p.max(dim=1).values.tolist())
+            if not _is_done(finished[alive[a]], best, max_lens[alive[a]], cfg)
+        ]
         keep_index = torch.tensor(keep, dtype=torch.long, device=device)
         rows = source_rows.index_select(0, keep_index).view(-1)  # new row order, in old row ids
         if len(keep) < n:  # finished sentences leave the batch
@@ -177,40 +188,42 @@ def beam_search(model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig,
         state = state.index_select(rows)
         tokens = torch.cat([tokens.index_select(0, rows), y_prev.unsqueeze(1)], dim=1)
         if with_attention:
-            history = torch.cat([history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)],
-                                dim=1)
+            history = torch.cat(
+                [history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
+            )
         step += 1
 
     return [_best(hyps, cfg.nbest) for hyps in finished]
 
 
-def constrain(log_probs: Tensor, step: int, tokens: Tensor, max_len_rows: Tensor, cfg: DecodeConfig) -> Tensor:
-    """Forbid what a hypothesis may not do next: PAD and BOS always, EOS before `min_len` tokens, anything
-    but EOS at the maximum length, and tokens that would repeat an n-gram. log_probs: (rows, V)."""
-    vocab_ids = torch.arange(log_probs.size(1), device=log_probs.device)
-    forbidden = (vocab_ids == PAD_ID) | (vocab_ids == BOS_ID)  # (V,)
-    forbidden = forbidden.expand_as(log_probs)
+def constrain_(scores: Tensor, step: int, tokens: Tensor, max_len_rows: Tensor, cfg: DecodeConfig) -> None:
+    """Forbid, in place in scores (rows, V), what a hypothesis may not do next: PAD and BOS always, EOS
+    before `min_len` tokens, anything but EOS at its maximum length (this wins over `min_len`), and tokens
+    that would repeat an n-gram."""
+    at_max = (max_len_rows <= step).nonzero().squeeze(1)  # rows that must end now
+    eos_at_max = scores[at_max, EOS_ID]  # (a copy)
+    scores[:, [PAD_ID, BOS_ID]] = NEG_INF
     if step < cfg.min_len:
-        forbidden = forbidden | (vocab_ids == EOS_ID)
+        scores[:, EOS_ID] = NEG_INF
     if cfg.no_repeat_ngram:
-        forbidden = forbidden | repeated_ngrams(tokens, cfg.no_repeat_ngram, log_probs.size(1))
-    at_max = (max_len_rows <= step).unsqueeze(1)  # (rows, 1): only EOS is left, whatever min_len says
-    forbidden = torch.where(at_max, vocab_ids != EOS_ID, forbidden)
-    return log_probs.masked_fill(forbidden, NEG_INF)
+        row, token = repeated_ngrams(tokens, cfg.no_repeat_ngram)
+        scores[row, token] = NEG_INF
+    if len(at_max):
+        scores[at_max] = NEG_INF
+        scores[at_max, EOS_ID] = eos_at_max
 
 
-def repeated_ngrams(tokens: Tensor, n: int, vocab_size: int) -> Tensor:
-    """(rows, V) True where the next token would complete an n-gram already present in the row's tokens."""
-    rows, length = tokens.shape
-    banned = torch.zeros((rows, vocab_size), dtype=torch.bool, device=tokens.device)
-    if length < n:  # no complete n-gram yet (the one to be completed needs n - 1 tokens plus an earlier one)
-        return banned
+def repeated_ngrams(tokens: Tensor, n: int) -> tuple[Tensor, Tensor]:
+    """(row, token) pairs where `token` would complete an n-gram already present in the row's tokens."""
+    length = tokens.size(1)
+    if length < n:  # an n-gram can only repeat once n tokens exist
+        empty = tokens.new_empty(0)
+        return empty, empty
     grams = tokens.unfold(1, n, 1)  # (rows, length - n + 1, n)
     context = tokens[:, length - n + 1 :]  # the last n - 1 tokens: (rows, n - 1)
     matches = (grams[:, :, :-1] == context.unsqueeze(1)).all(dim=2)  # (rows, length - n + 1)
     row, position = matches.nonzero(as_tuple=True)
-    banned[row, grams[row, position, -1]] = True
-    return banned
+    return row, grams[row, position, -1]
 
 
 def _is_done(finished: list[Hypothesis], best_open: float, max_len: int, cfg: DecodeConfig) -> bool:
@@ -228,8 +241,14 @@ def _best(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
     return ranked or [Hypothesis([], NEG_INF, NEG_INF)]
 
 
-def translate_ids(model, src_ids: Sequence[Sequence[int]], decode_cfg: DecodeConfig, device: torch.device | str,
-                  batch_tokens: int | None = None, with_attention: bool = False) -> list[list[Hypothesis]]:
+def translate_ids(
+    model,
+    src_ids: Sequence[Sequence[int]],
+    decode_cfg: DecodeConfig,
+    device: torch.device | str,
+    batch_tokens: int | None = None,
+    with_attention: bool = False,
+) -> list[list[Hypothesis]]:
     """Search every source sentence (ids without EOS); the n-best lists come back in input order.
 
     Sentences are sorted by length and cut into batches of at most `batch_tokens` padded source tokens
@@ -245,7 +264,9 @@ def translate_ids(model, src_ids: Sequence[Sequence[int]], decode_cfg: DecodeCon
     try:
         for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget):
             src, lengths = pad_sources([src_ids[i] for i in batch], device)
-            for i, hyps in zip(batch, beam_search(model, src, lengths, decode_cfg, with_attention), strict=True):
+            for i, hyps in zip(
+                batch, beam_search(model, src, lengths, decode_cfg, with_attention), strict=True
+            ):
                 results[i] = hyps
     finally:
         model.train(was_training)

@@ -35,7 +35,7 @@ from . import console
 from .batching import BatchStream
 from .checkpoint import BEST, LATEST, checkpoint_dir, load_checkpoint, point_best, save_checkpoint
 from .config import Config, to_dict, to_yaml
-from .data.prepare import prepare_data
+from .data.prepare import prepare
 from .errors import UserError
 from .io import write_text
 from .model import build_model
@@ -166,7 +166,7 @@ def _pick_device(config: Config, ranks: Ranks) -> torch.device:
 
 def _prepare_inputs(config: Config) -> Vocab:
     """Data, vocabulary and token cache: each step does no work when already up to date."""
-    prepare_data(config)
+    prepare(config)
     vocab = build_vocab(config)
     build_cache(config, vocab)
     return vocab
@@ -327,9 +327,16 @@ class _Loop:
             return f"reached train.max_steps={cfg.max_steps}"
         if cfg.max_epochs and self.stream.epoch >= cfg.max_epochs:
             return f"reached train.max_epochs={cfg.max_epochs}"
-        if cfg.max_minutes and self.elapsed() >= cfg.max_minutes * 60:
+        if cfg.max_minutes and step % cfg.log_every == 0 and self._time_up():
             return f"reached train.max_minutes={cfg.max_minutes}"
         return None
+
+    def _time_up(self) -> bool:
+        """Wall-clock budget, checked at log intervals; under DDP rank 0's clock decides for all."""
+        up = [self.elapsed() >= self.cfg.max_minutes * 60]
+        if self.ranks.world_size > 1:
+            dist.broadcast_object_list(up, src=0)
+        return up[0]
 
     # -- one update -------------------------------------------------------------------------------------
 
@@ -431,7 +438,7 @@ class _Loop:
                 self.save_latest()
             if self.stop_signal is not None:
                 self.save_latest()
-                console.info(
+                console.warn(
                     f"stopped by signal {self.stop_signal}; checkpoint saved at step {progress.step}"
                 )
                 raise KeyboardInterrupt(
@@ -451,32 +458,35 @@ class _Loop:
     # -- validation and checkpoints ---------------------------------------------------------------------
 
     def validate_and_save(self) -> bool:
-        """Validate (rank 0), keep best-K checkpoints, write latest; return True when patience ran out."""
+        """Validate (rank 0), keep best-K checkpoints, write latest; return True when patience ran out.
+
+        Collectives (the gathers of per-rank RNG and data positions, the broadcast of the decision)
+        happen on every rank in the same order; only rank 0 validates and writes files.
+        """
+        ranks_state = self.rank_states()
         stop = [False]
         if self.ranks.is_main:
-            stop[0] = self._validate_main()
+            stop[0] = self._validate_main(ranks_state)
         if self.ranks.world_size > 1:
             dist.broadcast_object_list(stop, src=0)
         return stop[0]
 
-    def _validate_main(self) -> bool:
+    def _validate_main(self, ranks_state: dict[str, list]) -> bool:
         cfg, progress = self.cfg, self.progress
         result = validate(self.model, self.config, self.vocab, self.device, self.bf16)
         self.log({f"valid_{k}": v for k, v in result.items()})
         metric = result[cfg.early_stop_metric]
         higher = cfg.early_stop_metric == "bleu"
-        best = max if higher else min
-        improved = not progress.history or metric == best(
-            metric, *(h[cfg.early_stop_metric] for h in progress.history)
-        )
+        previous = [h[cfg.early_stop_metric] for h in progress.history]
+        improved = not previous or (metric > max(previous) if higher else metric < min(previous))
         progress.history.append({"step": progress.step, **result})
         progress.bad_validations = 0 if improved else progress.bad_validations + 1
         self.schedule.validated(metric, higher)
-        self._keep_best(metric, higher)
-        self.save_latest()
+        self._keep_best(metric, higher, ranks_state)
+        save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, self.payload(ranks_state))
         return bool(cfg.patience) and progress.bad_validations >= cfg.patience
 
-    def _keep_best(self, metric: float, higher: bool) -> None:
+    def _keep_best(self, metric: float, higher: bool, ranks_state: dict[str, list]) -> None:
         folder = checkpoint_dir(self.run_dir)
         kept = self.progress.kept
         ranked = sorted(
@@ -486,25 +496,27 @@ class _Loop:
         if ranked.index(next(k for k in ranked if k["step"] == self.progress.step)) >= self.cfg.keep_best:
             return
         path = folder / f"step-{self.progress.step}.pt"
-        save_checkpoint(path, self.payload())
+        save_checkpoint(path, self.payload(ranks_state))
         survivors = ranked[: self.cfg.keep_best]
         point_best(folder, folder / f"step-{survivors[0]['step']}.pt")
         for gone in (k for k in kept if k not in survivors):
             (folder / f"step-{gone['step']}.pt").unlink(missing_ok=True)
         self.progress.kept = [{"step": k["step"], "metric": k["metric"]} for k in survivors]
 
-    def payload(self) -> dict[str, Any]:
-        rng = [_rng_state()]
-        data = [self.stream.state_dict()]
-        if self.ranks.world_size > 1:
-            rng, data = self._gather(rng[0]), self._gather(data[0])
+    def rank_states(self) -> dict[str, list]:
+        """RNG states and data positions of every rank (a collective under DDP)."""
+        rng, data = _rng_state(), self.stream.state_dict()
+        if self.ranks.world_size == 1:
+            return {"rng": [rng], "data": [data]}
+        return {"rng": self._gather(rng), "data": self._gather(data)}
+
+    def payload(self, ranks_state: dict[str, list]) -> dict[str, Any]:
         return {
             "format": 1,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "schedule": self.schedule.state_dict(),
-            "rng": rng,
-            "data": data,
+            **ranks_state,
             "progress": {**vars(self.progress), "elapsed": self.elapsed()},
             "step": self.progress.step,
             "config": to_dict(self.config),
@@ -517,9 +529,9 @@ class _Loop:
         return items
 
     def save_latest(self) -> None:
-        payload = self.payload()  # every rank takes part in the gathers
+        ranks_state = self.rank_states()  # every rank takes part in the gathers
         if self.ranks.is_main:
-            save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, payload)
+            save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, self.payload(ranks_state))
 
 
 def _fmt(value: Any) -> str:

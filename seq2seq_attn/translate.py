@@ -105,8 +105,15 @@ class Translation:
 class Translator:
     """A trained model, its vocabulary and the search settings, applied to lists of raw lines."""
 
-    def __init__(self, model, vocab: Vocab, decode_cfg: DecodeConfig, device: torch.device | str,
-                 max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS, with_attention: bool = False) -> None:
+    def __init__(
+        self,
+        model,
+        vocab: Vocab,
+        decode_cfg: DecodeConfig,
+        device: torch.device | str,
+        max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
+        with_attention: bool = False,
+    ) -> None:
         check_decode_config(decode_cfg)
         if max_src_tokens < 1:
             raise UserError(f"--max-src-tokens must be >= 1, got {max_src_tokens}")
@@ -120,8 +127,9 @@ class Translator:
         """One Translation per line, in order."""
         texts = [clean(line) for line in lines]
         todo = [i for i, text in enumerate(texts) if text]
-        ids = [seq[: self.max_src_tokens] for seq in self.vocab.encode_src([texts[i] for i in todo])] if todo else []
-        todo, ids = [i for i, seq in zip(todo, ids) if seq], [seq for seq in ids if seq]  # normalised away
+        encoded = self.vocab.encode_src([texts[i] for i in todo]) if todo else []
+        kept = [(i, seq[: self.max_src_tokens]) for i, seq in zip(todo, encoded, strict=True) if seq]
+        todo, ids = [i for i, _ in kept], [seq for _, seq in kept]  # (a line can normalise to nothing)
         results = [Translation([], [], []) for _ in lines]
         searched = translate_ids(self.model, ids, self.cfg, self.device, with_attention=self.with_attention)
         for i, nbest in zip(todo, searched, strict=True):
@@ -151,16 +159,21 @@ class Translator:
             return
         source = [*translation.src_pieces, EOS_PIECE]
         target = [*self.vocab.tgt_pieces(hyp.tokens), EOS_PIECE]
-        write_json(folder / f"{index:06d}.json", {
-            "index": index, "source": source, "target": target,
-            "attention": np.round(hyp.attention.astype(np.float64), 5).tolist(),
-        })
+        write_json(
+            folder / f"{index:06d}.json",
+            {
+                "index": index,
+                "source": source,
+                "target": target,
+                "attention": np.round(hyp.attention.astype(np.float64), 5).tolist(),
+            },
+        )
         draw_attention(folder / f"{index:06d}.png", hyp.attention, source, target)
 
 
 def format_rows(index: int, translation: Translation, nbest: int, scores: bool) -> list[str]:
     """The output line(s) of one input line (see the module docstring for the formats)."""
-    pairs = list(zip(translation.hypotheses, translation.texts)) or [(None, "")]
+    pairs = list(zip(translation.hypotheses, translation.texts, strict=True)) or [(None, "")]
     score = lambda hyp: f"{hyp.score if hyp is not None else 0.0:.4f}"  # noqa: E731
     if nbest > 1:
         return [f"{index}\t{rank}\t{score(hyp)}\t{text}" for rank, (hyp, text) in enumerate(pairs, start=1)]
@@ -168,11 +181,18 @@ def format_rows(index: int, translation: Translation, nbest: int, scores: bool) 
     return [f"{score(hyp)}\t{text}" if scores else text]
 
 
-def translate_stream(translator: Translator, source: BinaryIO, sink: BinaryIO, scores: bool = False,
-                     attention_dir: Path | None = None, chunk_lines: int = CHUNK_LINES) -> int:
+def translate_stream(
+    translator: Translator,
+    source: BinaryIO,
+    sink: BinaryIO,
+    scores: bool = False,
+    attention_dir: Path | None = None,
+    chunk_lines: int = CHUNK_LINES,
+) -> int:
     """Translate every line of `source` into `sink`, flushing after each chunk; returns the line count."""
     if attention_dir is not None:
         attention_dir.mkdir(parents=True, exist_ok=True)
+        translator.with_attention = True
     lines = decode_lines(source)
     count = 0
     with progress(unit=" lines", desc="translate") as bar:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seq2seq_attn.config import load_config
+from seq2seq_attn.config import load_config, to_dict
 from seq2seq_attn.data.prepare import MANIFEST, OUTPUTS, prepare
+from seq2seq_attn.data.synthetic import generate_split
 from seq2seq_attn.errors import UserError
 
 SPLITS = ("train", "valid", "test")
@@ -90,7 +91,7 @@ def test_local_source_writes_every_split(tmp_path, layout):
 # cleaning
 
 MESSY = [
-    ("a  c", "x\tz "),  # 1 normalised, kept
+    ("a  c d e f", "x\tz y w v "),  # 1 normalised, kept: five words is not over max_words 5
     ("", "x"),  # 2 empty side
     ("   ", "y"),  # 3 blank: normalised to empty
     ("w w w w w w", "v v v v v v"),  # 4 six words
@@ -214,7 +215,7 @@ def bad_tsv(tmp_path: Path) -> Path:
 )
 def test_bad_input_is_one_line_error_and_keeps_previous_data(tmp_path, make, fragments):
     good = local_config(tmp_path, layout="tsv" if make is bad_tsv else "plain")
-    assert run_cli("data", "prepare", str(good), cwd=tmp_path).returncode == 0
+    prepare(load_config(good))
     before = {name: (tmp_path / "out" / name).read_bytes() for name in (*OUTPUTS, MANIFEST)}
 
     result = run_cli("data", "prepare", str(make(tmp_path)), cwd=tmp_path)
@@ -228,6 +229,23 @@ def test_bad_input_is_one_line_error_and_keeps_previous_data(tmp_path, make, fra
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
         (*OUTPUTS, MANIFEST)
     )  # no temp files
+
+
+# ----------------------------------------------------------------------------------------------------------
+# synthetic source
+
+
+def test_synthetic_source_end_to_end_is_deterministic(tmp_path):
+    synthetic = {"train_size": 40, "valid_size": 5, "test_size": 7, "vocab_size": 200, "max_words": 30}
+    config = load_config(write_config(tmp_path, {"source": "synthetic", "synthetic": synthetic}))
+    manifest = prepare(config).manifest
+    sizes = {split: manifest["splits"][split]["read"] for split in SPLITS}
+    assert sizes == {"train": 40, "valid": 5, "test": 7}
+    assert prepared_pairs(tmp_path / "out", "test") == list(generate_split(config.data.synthetic, "test"))
+    assert manifest["source"] == {"type": "synthetic", **to_dict(config.data.synthetic)}  # seed included
+
+    config.data.dir = str(tmp_path / "again")
+    assert prepare(config).manifest["files"] == manifest["files"]  # same seed, same bytes
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -258,9 +276,7 @@ def test_manifest_records_counts_hashes_and_source(tmp_path):
 
 def test_second_run_does_no_work(tmp_path):
     config = local_config(tmp_path)
-    first = run_cli("data", "prepare", str(config), cwd=tmp_path)
-    assert first.returncode == 0, first.stderr
-    assert "prepared" in first.stderr and "up to date" not in first.stderr
+    assert prepare(load_config(config)).redone
     before = mtimes(tmp_path / "out")
 
     second = run_cli("data", "prepare", str(config), cwd=tmp_path)
@@ -303,7 +319,7 @@ def test_changed_input_or_config_or_force_redoes(tmp_path, change):
     args, valid = change(tmp_path)
     result = run_cli("data", "prepare", str(config), *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "up to date" not in result.stderr
+    assert f"prepared {tmp_path / 'out'}" in result.stderr and "up to date" not in result.stderr
     after = mtimes(tmp_path / "out")
     assert all(after[name] > before[name] for name in before)
     assert prepared_pairs(tmp_path / "out", "valid") == valid

@@ -1,4 +1,4 @@
-"""Beam search: greedy = beam 1, beam >= greedy, n-best, batch invariance, lengths, repeat blocking, stopping."""
+"""Beam search: greedy is beam 1, beam >= greedy, n-best, batch invariance, lengths, n-grams, stopping."""
 
 from __future__ import annotations
 
@@ -44,12 +44,22 @@ def decode(**settings: object) -> DecodeConfig:
 
 @pytest.fixture(scope="module")
 def copy_model() -> nn.Module:
-    """A tiny model trained to copy its source (peaked distributions, like a trained system)."""
+    """A tiny model trained to copy its source (peaked distributions, like a trained system).
+
+    Luong without input feeding trains fastest: its decoder has no Python time loop.
+    """
     torch.manual_seed(0)
-    model = build_model(ModelConfig(**{**TINY_MODEL, "hidden_size": 32, "decoder_hidden_size": 32}), VOCAB, VOCAB)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    fast = {
+        "decoder": "luong",
+        "attention": "general",
+        "input_feeding": False,
+        "hidden_size": 32,
+        "decoder_hidden_size": 32,
+    }
+    model = build_model(ModelConfig(**{**TINY_MODEL, **fast}), VOCAB, VOCAB)
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-2)
     rng = random.Random(1)
-    for _ in range(250):
+    for _ in range(150):
         batch = [[rng.randrange(4, 14) for _ in range(rng.randint(1, 6))] for _ in range(32)]
         width = max(map(len, batch)) + 1
         src = torch.tensor([s + [EOS_ID] + [PAD_ID] * (width - len(s) - 1) for s in batch])
@@ -96,15 +106,20 @@ def test_beam_one_is_greedy(family: dict, penalty: str) -> None:
         tokens, log_prob = reference_greedy(model, ids, int(1.0 * len(ids) + 4))
         assert hyp.tokens == tokens
         assert hyp.log_prob == pytest.approx(log_prob, rel=1e-5)
-        assert hyp.score == pytest.approx(log_prob / length_penalty(len(tokens) + 1, penalty, cfg.alpha), rel=1e-5)
+        assert hyp.score == pytest.approx(
+            log_prob / length_penalty(len(tokens) + 1, penalty, cfg.alpha), rel=1e-5
+        )
 
 
 @pytest.mark.parametrize("penalty", PENALTIES)
-def test_beam_is_never_worse_than_greedy_and_nbest_is_sorted_and_distinct(copy_model: nn.Module, penalty: str):
+def test_beam_is_never_worse_than_greedy_and_nbest_is_sorted_and_distinct(
+    copy_model: nn.Module, penalty: str
+):
     srcs = copy_sources(40)
     greedy = translate_ids(copy_model, srcs, decode(beam_size=1, length_penalty=penalty), "cpu")
     beam = translate_ids(copy_model, srcs, decode(beam_size=4, nbest=4, length_penalty=penalty), "cpu")
-    assert sum(g[0].tokens == s for g, s in zip(greedy, srcs, strict=True)) >= 20  # the model did learn to copy
+    copied = sum(g[0].tokens == s for g, s in zip(greedy, srcs, strict=True))
+    assert copied >= 20  # the model did learn to copy
     for (g,), nbest in zip(greedy, beam, strict=True):
         assert nbest[0].score >= g.score - 1e-6
         scores = [h.score for h in nbest]
@@ -115,7 +130,7 @@ def test_beam_is_never_worse_than_greedy_and_nbest_is_sorted_and_distinct(copy_m
 @pytest.mark.parametrize("family", FAMILIES[:2], ids=lambda f: f["decoder"])
 def test_translation_does_not_depend_on_batch_size_or_neighbours(family: dict) -> None:
     model = random_model(2, **family)
-    srcs = sources(24, seed=5, longest=15)
+    srcs = sources(16, seed=5, longest=15)
     cfg = decode(beam_size=4, nbest=2)
     alone = [translate_ids(model, [s], cfg, "cpu")[0] for s in srcs]
     order = list(range(len(srcs)))
@@ -196,7 +211,9 @@ class ScriptedModel(nn.Module):
 
     def encode(self, src, src_lengths):
         mask = torch.arange(src.size(1)) < src_lengths.unsqueeze(1)
-        return EncoderOutput(annotations=torch.zeros(*src.shape, 1), mask=mask, final=torch.zeros(len(src), 1))
+        return EncoderOutput(
+            annotations=torch.zeros(*src.shape, 1), mask=mask, final=torch.zeros(len(src), 1)
+        )
 
     def init_state(self, enc):
         return DecoderState(hidden=torch.zeros(len(enc.mask), 1, 1))  # hidden = the step number
@@ -228,7 +245,9 @@ def test_search_stops_once_no_open_hypothesis_can_win() -> None:
 
 
 @pytest.mark.parametrize(("penalty", "expected"), [("none", []), ("average", [5] * 6)])
-def test_search_keeps_going_while_a_longer_hypothesis_can_still_win(penalty: str, expected: list[int]) -> None:
+def test_search_keeps_going_while_a_longer_hypothesis_can_still_win(
+    penalty: str, expected: list[int]
+) -> None:
     # Step 0: EOS 0.5 vs token 5 0.45; then 5 is near certain until EOS becomes near certain at step 6.
     # Without normalisation the empty hypothesis wins at once; per-token averaging prefers "5 5 5 5 5 5".
     script = [{EOS_ID: 0.5, 5: 0.45}] + [{5: 0.999}] * 5 + [{EOS_ID: 0.999}]
@@ -246,7 +265,9 @@ def test_search_keeps_going_while_a_longer_hypothesis_can_still_win(penalty: str
     penalty=st.sampled_from(PENALTIES),
     alpha=st.floats(0, 2),
 )
-def test_score_bound_is_an_upper_bound_on_every_completion(log_p, drop, length, extra, max_len, penalty, alpha):
+def test_score_bound_is_an_upper_bound_on_every_completion(
+    log_p, drop, length, extra, max_len, penalty, alpha
+):
     """Any completion (log p falls by `drop`, length grows by `extra`, within max_len) scores <= the bound."""
     final_length = min(length + extra, max_len + 1)
     cfg = decode(length_penalty=penalty, alpha=alpha)
@@ -256,7 +277,11 @@ def test_score_bound_is_an_upper_bound_on_every_completion(log_p, drop, length, 
 
 @pytest.mark.parametrize(
     ("settings", "message"),
-    [({"beam_size": 0}, "--beam"), ({"nbest": 3, "beam_size": 2}, "exceeds --beam"), ({"max_len_b": 0}, "--max-len-b")],
+    [
+        ({"beam_size": 0}, "--beam"),
+        ({"nbest": 3, "beam_size": 2}, "exceeds --beam"),
+        ({"max_len_b": 0}, "--max-len-b"),
+    ],
 )
 def test_impossible_settings_are_user_errors(settings: dict, message: str) -> None:
     with pytest.raises(UserError, match=message):

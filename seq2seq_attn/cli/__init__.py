@@ -15,8 +15,11 @@ import typer
 from .. import __version__, console
 from ..errors import UserError
 from . import config as config_cli
+from . import data as data_cli
 from . import evaluate as evaluate_cli
+from . import model as model_cli
 from . import train as train_cli
+from . import translate as translate_cli
 from . import vocab as vocab_cli
 
 app = typer.Typer(
@@ -51,14 +54,15 @@ def _global_options(
     console.set_quiet(quiet)
 
 
-for _module in (config_cli, vocab_cli, train_cli, evaluate_cli):
+for _module in (config_cli, data_cli, vocab_cli, model_cli, train_cli, translate_cli, evaluate_cli):
     _module.register(app)
 
 
 def main() -> None:
     """Console-script entry point."""
     try:
-        app(standalone_mode=False)
+        # Non-standalone typer returns the exit code of typer.Exit (130 after Ctrl-C / SIGTERM in train).
+        code = app(standalone_mode=False)
     except click.exceptions.Exit as stop:
         sys.exit(stop.exit_code)
     except click.ClickException as err:  # bad usage: click's own one-line message
@@ -84,6 +88,7 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _one_line(err: BaseException) -> str:

@@ -33,40 +33,53 @@ class Penalty(str, Enum):
     gnmt = "gnmt"
 
 
+HELP = {
+    "model": "Run directory (its best checkpoint) or a checkpoint file in a run's checkpoints/ folder.",
+    "nbest": "Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text [decode.nbest].",
+    "batch_tokens": "Padded source tokens per search batch [decode.batch_tokens].",
+    "attention": "Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
+    "replace_unk": "Replace each <unk> by the most attended source word [decode.replace_unk].",
+    "dictionary": "TSV source word<TAB>target word; implies --replace-unk [decode.unk_dictionary].",
+    "length_penalty": "Score normalisation [decode.length_penalty].",
+    "max_len_a": "At most a * source length + b output tokens [decode.max_len_a].",
+    "no_repeat_ngram": "Forbid repeating any n-gram of this size, 0 off [decode.no_repeat_ngram].",
+    "max_src_tokens": "Longer sources are cut to this many pieces (bounds time and memory).",
+    "output_average": "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder "
+    "so `translate --model` finds the run's vocabulary.",
+}
+
+
 def register(app: typer.Typer) -> None:
     app.command("translate")(translate_command)
     app.command("average")(average_command)
 
 
 def translate_command(
-    model: Path = typer.Option(..., "--model", "-m", help="Run directory (uses its best checkpoint) or a "
-                               "checkpoint file inside a run's checkpoints/ folder.", show_default=False),
-    input_path: str = typer.Option("-", "--input", "-i", help="Source text file (.gz read directly); - for stdin."),
-    output_path: str = typer.Option("-", "--output", "-o", help="Output file, written atomically; - for stdout."),
+    model: Path = typer.Option(..., "--model", "-m", help=HELP["model"], show_default=False),
+    input_path: str = typer.Option(
+        "-", "--input", "-i", help="Source text (.gz read directly); - for stdin."
+    ),
+    output_path: str = typer.Option("-", "--output", "-o", help="Output, written atomically; - for stdout."),
     beam: int | None = typer.Option(None, "--beam", help="Beam width, 1 for greedy [decode.beam_size]."),
-    nbest: int | None = typer.Option(None, "--nbest", help="Hypotheses per sentence; above 1 the output is "
-                                     "index<TAB>rank<TAB>score<TAB>translation rows [decode.nbest]."),
-    batch_tokens: int | None = typer.Option(None, "--batch-tokens",
-                                            help="Source tokens per search batch [decode.batch_tokens]."),
+    nbest: int | None = typer.Option(None, "--nbest", help=HELP["nbest"]),
+    batch_tokens: int | None = typer.Option(None, "--batch-tokens", help=HELP["batch_tokens"]),
     device: Device = typer.Option(Device.auto, "--device", help="auto uses CUDA when available."),
-    scores: bool = typer.Option(False, "--scores", help="Write score<TAB>translation (normalised model score)."),
-    attention: Path | None = typer.Option(None, "--attention", help="Folder for a heat map (PNG) and matrix "
-                                          "(JSON) of each sentence's attention, named by 0-based line."),
-    replace_unk: bool | None = typer.Option(None, "--replace-unk/--no-replace-unk", help="Replace each <unk> "
-                                            "by the most attended source word [decode.replace_unk]."),
-    dictionary: Path | None = typer.Option(None, "--dictionary", help="TSV source word<TAB>target word used "
-                                           "by --replace-unk [decode.unk_dictionary]."),
+    scores: bool = typer.Option(False, "--scores", help="Write score<TAB>translation (normalised score)."),
+    attention: Path | None = typer.Option(None, "--attention", help=HELP["attention"]),
+    replace_unk: bool | None = typer.Option(None, "--replace-unk/--no-replace-unk", help=HELP["replace_unk"]),
+    dictionary: Path | None = typer.Option(None, "--dictionary", help=HELP["dictionary"]),
     average: int = typer.Option(0, "--average", help="Average the last K step-N.pt checkpoints of the run."),
-    length_penalty: Penalty | None = typer.Option(None, "--length-penalty",
-                                                  help="Score normalisation [decode.length_penalty]."),
+    length_penalty: Penalty | None = typer.Option(None, "--length-penalty", help=HELP["length_penalty"]),
     alpha: float | None = typer.Option(None, "--alpha", help="GNMT length-penalty exponent [decode.alpha]."),
-    max_len_a: float | None = typer.Option(None, "--max-len-a", help="Output length limit a*src+b [decode.max_len_a]."),
+    max_len_a: float | None = typer.Option(None, "--max-len-a", help=HELP["max_len_a"]),
     max_len_b: int | None = typer.Option(None, "--max-len-b", help="See --max-len-a [decode.max_len_b]."),
-    min_len: int | None = typer.Option(None, "--min-len", help="No EOS before this many tokens [decode.min_len]."),
-    no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram",
-                                               help="Forbid repeated n-grams of this size, 0 off [decode.no_repeat_ngram]."),
-    max_src_tokens: int = typer.Option(DEFAULT_MAX_SRC_TOKENS, "--max-src-tokens",
-                                       help="Longer sources are cut to this many pieces."),
+    min_len: int | None = typer.Option(
+        None, "--min-len", help="No EOS before this many tokens [decode.min_len]."
+    ),
+    no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram", help=HELP["no_repeat_ngram"]),
+    max_src_tokens: int = typer.Option(
+        DEFAULT_MAX_SRC_TOKENS, "--max-src-tokens", help=HELP["max_src_tokens"]
+    ),
 ) -> None:
     """Translate raw text with a trained run: one output line per input line, in order."""
     if average < 0:
@@ -74,32 +87,44 @@ def translate_command(
     target = _device(device)
     network, vocab, config = load_trained(model, target)
     if average:
-        run_dir = model if model.is_dir() else run_dir_of(model)
-        paths = latest_checkpoints(run_dir, average)
+        paths = latest_checkpoints(model if model.is_dir() else run_dir_of(model), average)
         network.load_state_dict(average_checkpoints(paths)["model"])
         info(f"translate: averaged {', '.join(p.name for p in paths)}")
-    given = {"beam_size": beam, "nbest": nbest, "batch_tokens": batch_tokens, "replace_unk": replace_unk,
-             "unk_dictionary": str(dictionary) if dictionary else None,
-             "length_penalty": length_penalty.value if length_penalty else None, "alpha": alpha,
-             "max_len_a": max_len_a, "max_len_b": max_len_b, "min_len": min_len, "no_repeat_ngram": no_repeat_ngram}
-    decode = dataclasses.replace(config.decode, **{key: value for key, value in given.items() if value is not None})
-    translator = Translator(network, vocab, decode, target, max_src_tokens, with_attention=attention is not None)
+    given = {
+        "beam_size": beam,
+        "nbest": nbest,
+        "batch_tokens": batch_tokens,
+        "replace_unk": True if dictionary and replace_unk is None else replace_unk,
+        "unk_dictionary": str(dictionary) if dictionary else None,
+        "length_penalty": length_penalty.value if length_penalty else None,
+        "alpha": alpha,
+        "max_len_a": max_len_a,
+        "max_len_b": max_len_b,
+        "min_len": min_len,
+        "no_repeat_ngram": no_repeat_ngram,
+    }
+    decode = dataclasses.replace(
+        config.decode, **{key: value for key, value in given.items() if value is not None}
+    )
+    translator = Translator(network, vocab, decode, target, max_src_tokens)
 
     with contextlib.ExitStack() as stack:
-        source = sys.stdin.buffer if input_path == "-" else stack.enter_context(open_binary(input_path))
-        sink = sys.stdout.buffer if output_path == "-" else stack.enter_context(atomic_write(output_path, "wb"))
-        interactive = input_path == "-" and sys.stdin.isatty()
-        count = translate_stream(translator, source, sink, scores, attention, 1 if interactive else CHUNK_LINES)
+        stdin = input_path == "-"
+        source = sys.stdin.buffer if stdin else stack.enter_context(open_binary(input_path))
+        sink = (
+            sys.stdout.buffer if output_path == "-" else stack.enter_context(atomic_write(output_path, "wb"))
+        )
+        chunk = 1 if stdin and sys.stdin.isatty() else CHUNK_LINES  # a person typing wants each line at once
+        count = translate_stream(translator, source, sink, scores, attention, chunk)
     info(f"translate: {count} lines")
 
 
 def average_command(
-    paths: list[Path] = typer.Argument(..., help="A run directory (with --last) or checkpoint files.",
-                                       show_default=False),
+    paths: list[Path] = typer.Argument(
+        ..., help="A run directory (with --last) or checkpoint files.", show_default=False
+    ),
     last: int = typer.Option(0, "--last", help="With a run directory: average its last K step-N.pt files."),
-    output: Path = typer.Option(..., "--output", "-o", help="Averaged checkpoint to write (atomically); put it "
-                                "in the run's checkpoints/ folder so `translate` finds the run's vocabulary.",
-                                show_default=False),
+    output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
     if len(paths) == 1 and paths[0].is_dir():

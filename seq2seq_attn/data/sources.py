@@ -16,6 +16,7 @@ from typing import Any
 from ..config import DataConfig, HuggingFaceConfig, SplitFiles, to_dict
 from ..errors import UserError
 from ..io import read_lines
+from .synthetic import generate_split
 
 SPLITS = ("train", "valid", "test")
 Pair = tuple[str, str]
@@ -199,8 +200,6 @@ def _one_line(text: str | None) -> str:
 
 
 def _synthetic_source(data: DataConfig) -> Source:
-    from .synthetic import generate_split
-
     return Source(
         description={"type": "synthetic", **to_dict(data.synthetic)},
         inputs=[],

@@ -43,9 +43,12 @@ class Attention(nn.Module):
             self.key_proj = nn.Linear(annotation_size, query_size, bias=False)
         elif kind == "dot":
             if query_size != annotation_size:
-                raise ValueError(f"dot attention needs query size {query_size} == annotation size {annotation_size}")
+                raise ValueError(f"dot attention: query size {query_size} != annotations {annotation_size}")
         else:
             raise ValueError(f"unknown attention {kind!r}")
+
+    def extra_repr(self) -> str:
+        return f"kind={self.kind!r}"
 
     def prepare(self, annotations: Tensor, final: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Keys (batch, src_len, key_size) and, for `none`, the fixed context (batch, annotation_size)."""

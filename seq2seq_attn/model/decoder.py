@@ -20,6 +20,9 @@ from .encoder import PAD
 from .recurrent import RecurrentStack
 from .states import DecoderState, EncoderOutput
 
+# logits (batch, steps, vocab), the state after the last step, attention weights (batch, steps, src_len)
+DecoderOutput = tuple[Tensor, DecoderState, Tensor]
+
 
 class InitialState(nn.Module):
     """s_0 = tanh(W_s bwd h_1) (Bahdanau et al. 2014, Appendix A.2.2), one W_s block per decoder layer.
@@ -42,7 +45,7 @@ class InitialState(nn.Module):
 
     def forward(self, enc: EncoderOutput) -> DecoderState:
         source = enc.context if self.use_context else enc.final[:, -self.source_size :]  # c, or bwd h_1
-        hidden = torch.tanh(self.proj(source)).view(-1, self.layers, self.hidden_size)  # (batch, layers, hidden)
+        hidden = torch.tanh(self.proj(source)).view(-1, self.layers, self.hidden_size)  # (batch, layers, hid)
         zeros = hidden.new_zeros
         return DecoderState(
             hidden=hidden,
@@ -54,7 +57,7 @@ class InitialState(nn.Module):
 class RNNSearchDecoder(nn.Module):
     """Bahdanau et al. 2014, Appendix A.2.2, with the alignment model of A.1.2.
 
-    Step i: attention from the previous state, c_i = sum_j alpha_ij h_j with alpha from e_ij = a(s_{i-1}, h_j);
+    Step i: attention from the previous state, c_i = sum_j alpha_ij h_j, alpha_i from e_ij = a(s_{i-1}, h_j);
     s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i]); deep output t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i,
     t_i = max-pool over pairs of t~_i (maxout), p(y_i) = softmax(W_o t_i).
     With attention `none` the context is the fixed c of the RNNencdec and the same equations apply.
@@ -72,16 +75,17 @@ class RNNSearchDecoder(nn.Module):
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
         self.dropout_output = nn.Dropout(cfg.dropout_output)
 
-    def forward(self, enc: EncoderOutput, state: DecoderState, tgt_in: Tensor) -> tuple[Tensor, DecoderState, Tensor]:
-        """Logits (batch, steps, vocab), the state after the last step, attention weights (batch, steps, src_len)
-        for inputs y_0..y_{T-1} (batch, steps) (y_0 = <bos>)."""
+    def forward(self, enc: EncoderOutput, state: DecoderState, tgt_in: Tensor) -> DecoderOutput:
+        """Logits (batch, steps, vocab), the state after the last step and the attention weights
+        (batch, steps, src_len) for the inputs y_0 .. y_{T-1} (batch, steps), y_0 = <bos>."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{i-1}: (batch, steps, emb)
         steps = tgt_in.size(1)
         if self.attention.kind == "none":
             # RNNencdec: c is the same at every step, so the recurrence needs no loop: one cuDNN call.
             contexts = enc.context.unsqueeze(1).expand(-1, steps, -1)  # (batch, steps, annotation)
-            outputs, hidden, cell = self.rnn.run(torch.cat([embedded, contexts], dim=-1), state.hidden, state.cell)
-            previous = torch.cat([state.hidden[:, -1:], outputs[:, :-1]], dim=1)  # s_{i-1}: (batch, steps, hid)
+            inputs = torch.cat([embedded, contexts], dim=-1)  # [E y_{i-1} ; c]
+            outputs, hidden, cell = self.rnn.run(inputs, state.hidden, state.cell)  # s_1 .. s_T
+            previous = torch.cat([state.hidden[:, -1:], outputs[:, :-1]], dim=1)  # s_0 .. s_{T-1}
             weights = uniform_weights(enc.mask, steps)
         else:
             previous, contexts, weights, hidden, cell = self._recur(enc, state, embedded)
@@ -104,7 +108,7 @@ class RNNSearchDecoder(nn.Module):
         previous, contexts, weights = [], [], []
         for gates in static_gates:
             s_prev = hidden[-1]  # the top layer's s_{i-1}: (batch, hid)
-            context, alpha = self.attention(s_prev.unsqueeze(1), enc)  # c_i, alpha_i from e_ij = a(s_{i-1}, h_j)
+            context, alpha = self.attention(s_prev.unsqueeze(1), enc)  # alpha_ij, c_i: eqs. (5), (6)
             _, hidden, cell = self.rnn.step(weights_rnn, gates, context.squeeze(1), hidden, cell)  # s_i
             previous.append(s_prev)
             contexts.append(context)
@@ -139,11 +143,11 @@ class LuongDecoder(nn.Module):
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
         self.dropout_output = nn.Dropout(cfg.dropout_output)
 
-    def forward(self, enc: EncoderOutput, state: DecoderState, tgt_in: Tensor) -> tuple[Tensor, DecoderState, Tensor]:
-        """Logits (batch, steps, vocab), the state after the last step, attention weights (batch, steps, src_len)."""
+    def forward(self, enc: EncoderOutput, state: DecoderState, tgt_in: Tensor) -> DecoderOutput:
+        """Logits (batch, steps, vocab), the state after the last step, weights (batch, steps, src_len)."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{t-1}: (batch, steps, emb)
         if not self.input_feeding:
-            outputs, hidden, cell = self.rnn.run(embedded, state.hidden, state.cell)  # h_t: (batch, steps, hid)
+            outputs, hidden, cell = self.rnn.run(embedded, state.hidden, state.cell)  # h_t for every t
             contexts, weights = self.attention(outputs, enc)  # all steps at once
             attentional = self.attentional(contexts, outputs)  # h~_t: (batch, steps, hid)
             new_state = DecoderState(hidden=hidden, cell=cell)

@@ -35,12 +35,13 @@ class Encoder(nn.Module):
         self.output_size = self.directions * cfg.hidden_size
 
     def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Annotations (batch, src_len, output_size), mask (batch, src_len), final states (batch, output_size).
+        """Annotations (batch, src_len, output_size), mask (batch, src_len), last states (batch, output_size).
 
         `lengths` must be >= 1; positions at or past a sentence's length are padding whatever they contain.
         """
         src_len = src.size(1)
-        mask = torch.arange(src_len, device=src.device) < lengths.to(src.device).unsqueeze(1)  # (batch, src_len)
+        positions = torch.arange(src_len, device=src.device)
+        mask = positions < lengths.to(src.device).unsqueeze(1)  # (batch, src_len)
         embedded = self.dropout_embed(self.embed(src))  # (batch, src_len, src_embed)
         packed = pack_padded_sequence(embedded, lengths.cpu(), batch_first=True, enforce_sorted=False)
         outputs, final = self.rnn(packed)

@@ -39,7 +39,13 @@ class LayerWeights:
 
 class RecurrentStack(nn.Module):
     def __init__(
-        self, cell: str, static_size: int, dynamic_size: int, hidden_size: int, num_layers: int, dropout: float
+        self,
+        cell: str,
+        static_size: int,
+        dynamic_size: int,
+        hidden_size: int,
+        num_layers: int,
+        dropout: float,
     ) -> None:
         super().__init__()
         self.rnn = RNN_CLASSES[cell](
@@ -55,7 +61,9 @@ class RecurrentStack(nn.Module):
         self.num_layers = num_layers
         self.dropout = dropout if num_layers > 1 else 0.0
 
-    def run(self, inputs: Tensor, hidden: Tensor, cell: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def run(
+        self, inputs: Tensor, hidden: Tensor, cell: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
         """All steps in one library call. inputs (batch, steps, input); hidden, cell (batch, layers, hidden).
 
         Returns the top layer's outputs (batch, steps, hidden) and the new hidden and cell states.

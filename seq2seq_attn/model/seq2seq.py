@@ -43,8 +43,10 @@ class Seq2Seq(nn.Module):
         logits, _, weights = self.decoder(enc, self.init_state(enc), tgt_in)
         return (logits, weights) if return_attention else logits
 
-    def step(self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor) -> tuple[Tensor, DecoderState, Tensor]:
-        """One output token: log-probabilities (batch, vocab), the next state, attention weights (batch, src_len).
+    def step(
+        self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One output token: log-probabilities (batch, vocab), next state, attention weights (batch, src_len).
 
         For attention `none` the weights are uniform over the real source positions (see attention.py).
         """
@@ -53,7 +55,7 @@ class Seq2Seq(nn.Module):
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:
-    """The model the config describes, initialised as `model.init` says (on torch's current default device)."""
+    """The model the config describes, initialised as `model.init` says, on torch's default device."""
     check_model_config(cfg)
     encoder = Encoder(cfg, src_vocab_size)
     decoder = DECODERS[cfg.decoder](cfg, tgt_vocab_size, encoder.output_size)
@@ -76,8 +78,8 @@ def check_model_config(cfg: ModelConfig) -> None:
     if cfg.attention == "dot" and cfg.decoder_hidden_size != annotation:
         raise UserError(
             f"model.attention: dot needs model.decoder_hidden_size ({cfg.decoder_hidden_size}) equal to the "
-            f"annotation size ({annotation} = model.hidden_size x {annotation // cfg.hidden_size} directions); "
-            "use `general` or change the sizes"
+            f"annotation size ({annotation} = model.hidden_size x {annotation // cfg.hidden_size} "
+            "directions); use `general` or change the sizes"
         )
     if cfg.tie_embeddings and cfg.tgt_embed_dim != pre_output_size(cfg):
         what = "model.maxout_dim" if cfg.decoder == "rnnsearch" else "model.decoder_hidden_size"

@@ -1,0 +1,235 @@
+"""The model zoo on tiny sizes: every encoder x attention x decoder variant has the right shapes, attention
+that ignores padding, a step path equal to the teacher-forced path, gradients everywhere, and can learn."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from seq2seq_attn.config import ModelConfig
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.model import build_model
+from seq2seq_attn.model.recurrent import RecurrentStack
+
+torch.set_num_threads(1)
+
+VOCAB = 20
+PAD, BOS = 0, 2
+ATTENTIONS = ["none", "bahdanau", "dot", "general", "concat"]
+DECODERS = {"rnnsearch": ("rnnsearch", True), "luong-feed": ("luong", True), "luong-nofeed": ("luong", False)}
+ENCODERS = {  # (cell, bidirectional, layers)
+    f"{cell}-{'bi' if bi else 'uni'}-{layers}": (cell, bi, layers)
+    for cell, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
+}
+ALL = list(itertools.product(ENCODERS, ATTENTIONS, DECODERS))
+
+
+def tiny_config(encoder: str = "gru-bi-1", attention: str = "bahdanau", decoder: str = "rnnsearch", **kw):
+    cell, bidirectional, layers = ENCODERS[encoder]
+    kind, feeding = DECODERS[decoder]
+    annotation = 16 * (2 if bidirectional else 1)
+    values = dict(
+        decoder=kind,
+        attention=attention,
+        cell=cell,
+        src_embed_dim=8,
+        tgt_embed_dim=8,
+        hidden_size=16,
+        # dot needs the decoder state to match the annotations; otherwise use a third size to catch mix-ups
+        decoder_hidden_size=annotation if attention == "dot" else 24,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        bidirectional=bidirectional,
+        attention_dim=12,
+        maxout_dim=10,
+        input_feeding=feeding,
+        init="pytorch",
+    )
+    return ModelConfig(**{**values, **kw})
+
+
+def tiny_model(*variant: str, seed: int = 0, **kw) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_model(tiny_config(*variant, **kw), VOCAB, VOCAB).eval()
+
+
+def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three sources of lengths 7, 3, 5 padded with 0, and targets <bos> + 5 tokens."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([7, 3, 5])
+    src = torch.randint(4, VOCAB, (3, 7), generator=g)
+    src[torch.arange(7) >= lengths.unsqueeze(1)] = PAD
+    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=g)
+    tgt_in[:, 0] = BOS
+    return src, lengths, tgt_in
+
+
+def run_steps(model, src, lengths, tgt_in) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities and attention weights of the step-by-step (search) path, stacked over time."""
+    enc = model.encode(src, lengths)
+    state = model.init_state(enc)
+    log_probs, weights = [], []
+    for y_prev in tgt_in.unbind(1):
+        lp, state, alpha = model.step(enc, state, y_prev)
+        log_probs.append(lp)
+        weights.append(alpha)
+    return torch.stack(log_probs, 1), torch.stack(weights, 1)
+
+
+@pytest.mark.parametrize(("encoder", "attention", "decoder"), ALL)
+def test_shapes_and_attention_rows(encoder, attention, decoder):
+    model = tiny_model(encoder, attention, decoder)
+    src, lengths, tgt_in = batch()
+    logits, weights = model(src, lengths, tgt_in, return_attention=True)
+    assert logits.shape == (3, 6, VOCAB)
+    assert weights.shape == (3, 6, 7)
+    real = (torch.arange(7) < lengths.unsqueeze(1)).unsqueeze(1).expand_as(weights)
+    assert torch.all(weights[~real] == 0)  # exactly zero on padding
+    assert torch.all(weights >= 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 6))
+    if attention == "none":  # documented: uniform over the real positions
+        torch.testing.assert_close(weights[real], (1 / lengths.float()).repeat_interleave(6 * lengths))
+
+    enc = model.encode(src, lengths)
+    annotation = 16 * (2 if ENCODERS[encoder][1] else 1)
+    assert enc.annotations.shape == (3, 7, annotation)
+    assert enc.mask.tolist() == real[:, 0].tolist()
+    assert (enc.keys is None) == (attention == "none")
+    assert (enc.context is None) == (attention != "none")
+    log_probs, state, alpha = model.step(enc, model.init_state(enc), tgt_in[:, 0])
+    assert log_probs.shape == (3, VOCAB) and alpha.shape == (3, 7)
+    torch.testing.assert_close(log_probs.exp().sum(-1), torch.ones(3))
+    assert state.hidden.shape == (3, ENCODERS[encoder][2], model.decoder.init.hidden_size)
+
+
+@pytest.mark.parametrize(("encoder", "attention", "decoder"), ALL)
+def test_step_path_equals_teacher_forced_path(encoder, attention, decoder):
+    model = tiny_model(encoder, attention, decoder)
+    src, lengths, tgt_in = batch()
+    logits, weights = model(src, lengths, tgt_in, return_attention=True)
+    step_log_probs, step_weights = run_steps(model, src, lengths, tgt_in)
+    torch.testing.assert_close(step_log_probs, logits.log_softmax(-1), atol=1e-5, rtol=0)
+    torch.testing.assert_close(step_weights, weights, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize(("encoder", "attention", "decoder"), ALL)
+def test_padding_content_and_amount_never_change_outputs(encoder, attention, decoder):
+    model = tiny_model(encoder, attention, decoder)
+    src, lengths, tgt_in = batch()
+    # Pad to length 11 with random non-pad ids in every padding position.
+    noisy = torch.randint(4, VOCAB, (3, 11), generator=torch.Generator().manual_seed(9))
+    noisy[:, :7] = torch.where(src == PAD, noisy[:, :7], src)
+    logits, weights = model(noisy, lengths, tgt_in, return_attention=True)
+    for i, n in enumerate(lengths.tolist()):  # each sentence alone, no padding at all
+        one = slice(i, i + 1)
+        alone, alone_weights = model(src[one, :n], lengths[one], tgt_in[one], return_attention=True)
+        torch.testing.assert_close(logits[one], alone, atol=1e-6, rtol=0)
+        torch.testing.assert_close(weights[one, :, :n], alone_weights, atol=1e-7, rtol=0)
+        assert torch.all(weights[i, :, n:] == 0)
+
+
+@pytest.mark.parametrize(("encoder", "attention", "decoder"), ALL)
+def test_gradients_reach_every_parameter(encoder, attention, decoder):
+    # PyTorch init: the paper's sets v_a = 0, which gives W_a and U_a exactly zero gradient at the first step.
+    model = tiny_model(encoder, attention, decoder).train()
+    src, lengths, tgt_in = batch()
+    logits = model(src, lengths, tgt_in)
+    F.cross_entropy(logits.reshape(-1, VOCAB), tgt_in.roll(-1, 1).reshape(-1)).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None, name
+        assert param.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("encoder", ["gru-bi-1", "lstm-uni-2"])
+def test_index_select_reorders_like_the_batch(encoder, decoder):
+    """What beam search does: expand / reorder / drop rows of the encoder output and the state."""
+    model = tiny_model(encoder, "general", decoder)
+    src, lengths, tgt_in = batch()
+    enc = model.encode(src, lengths)
+    _, state, _ = model.step(enc, model.init_state(enc), tgt_in[:, 0])
+    y = tgt_in[:, 1]
+    log_probs, _, weights = model.step(enc, state, y)
+    index = torch.tensor([2, 0, 0, 2])
+    picked, _, picked_weights = model.step(enc.index_select(index), state.index_select(index), y[index])
+    torch.testing.assert_close(picked, log_probs[index])
+    torch.testing.assert_close(picked_weights, weights[index])
+
+
+OVERFIT = [(e, a, d) for a, d in itertools.product(ATTENTIONS, DECODERS) for e in ["gru-bi-1"]] + [
+    ("lstm-uni-2", "bahdanau", "rnnsearch"),
+    ("lstm-bi-1", "general", "luong-feed"),
+]
+
+
+@pytest.mark.parametrize(("encoder", "attention", "decoder"), OVERFIT)
+def test_each_variant_overfits_a_tiny_batch(encoder, attention, decoder):
+    """Learning to reverse four short sentences: the loss must fall below 0.05 within 500 Adam steps."""
+    torch.manual_seed(0)
+    model = build_model(tiny_config(encoder, attention, decoder, init="paper"), VOCAB, VOCAB).train()
+    src = torch.randint(4, VOCAB, (4, 6), generator=torch.Generator().manual_seed(3))
+    lengths = torch.tensor([6, 6, 5, 4])
+    src[torch.arange(6) >= lengths.unsqueeze(1)] = PAD
+    gold = torch.stack(
+        [torch.cat([s[:n].flip(0), torch.tensor([3]), s[n:]]) for s, n in zip(src, lengths, strict=True)]
+    )
+    tgt_in = torch.cat([torch.full((4, 1), BOS), gold[:, :-1]], dim=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(500):
+        logits = model(src, lengths, tgt_in)
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), gold.reshape(-1), ignore_index=PAD)
+        if loss.item() < 0.05:
+            break
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_recurrent_step_equals_library_rnn(cell):
+    """The hand-written cell arithmetic matches nn.GRU / nn.LSTM on the same weights (2 layers)."""
+    torch.manual_seed(0)
+    stack = RecurrentStack(cell, static_size=5, dynamic_size=3, hidden_size=7, num_layers=2, dropout=0.0)
+    static, dynamic = torch.randn(4, 6, 5), torch.randn(4, 6, 3)
+    hidden = torch.randn(4, 2, 7)
+    cell0 = torch.randn(4, 2, 7) if cell == "lstm" else None
+    outputs, last_hidden, last_cell = stack.run(torch.cat([static, dynamic], -1), hidden, cell0)
+    weights = stack.step_weights()
+    h, c = list(hidden.unbind(1)), list(cell0.unbind(1)) if cell0 is not None else None
+    for t, gates in enumerate(stack.project_static(static).unbind(1)):
+        top, h, c = stack.step(weights, gates, dynamic[:, t], h, c)
+        torch.testing.assert_close(top, outputs[:, t])
+    torch.testing.assert_close(torch.stack(h, 1), last_hidden)
+    if cell == "lstm":
+        torch.testing.assert_close(torch.stack(c, 1), last_cell)
+
+
+@pytest.mark.parametrize("decoder", ["rnnsearch", "luong-feed"])
+def test_tied_embeddings_share_one_matrix(decoder):
+    output_size = {"rnnsearch": "maxout_dim", "luong-feed": "decoder_hidden_size"}[decoder]
+    untied = tiny_model("gru-bi-1", "general", decoder, **{output_size: 8})
+    tied = tiny_model("gru-bi-1", "general", decoder, tie_embeddings=True, **{output_size: 8})
+    assert tied.decoder.output.weight is tied.decoder.embed.weight
+    saved = sum(p.numel() for p in untied.parameters()) - sum(p.numel() for p in tied.parameters())
+    assert saved == VOCAB * 8
+    src, lengths, tgt_in = batch()
+    assert tied(src, lengths, tgt_in).shape == (3, 6, VOCAB)
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"tie_embeddings": True, "maxout_dim": 10}, "model.tie_embeddings"),
+        ({"attention": "dot", "decoder_hidden_size": 24}, "model.attention"),
+    ],
+)
+def test_impossible_sizes_are_one_line_user_errors(changes, key):
+    cfg = dataclasses.replace(tiny_config(), **changes)
+    with pytest.raises(UserError, match=key) as info:
+        build_model(cfg, VOCAB, VOCAB)
+    assert "\n" not in str(info.value)

@@ -1,0 +1,275 @@
+"""`seq2seq train`: learning, run-directory layout, validation and early stopping, guarded updates,
+atomic checkpoints, exact resume after SIGKILL, refused resume, and DDP with gloo."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from seq2seq_attn import train as train_module
+from seq2seq_attn.checkpoint import load_checkpoint, load_trained
+from seq2seq_attn.config import load_config
+from seq2seq_attn.errors import UserError
+
+torch.set_num_threads(1)
+
+TINY = """
+name: tiny
+seed: 3
+data:
+  source: synthetic
+  dir: data
+  synthetic: {train_size: 400, valid_size: 16, test_size: 16, vocab_size: 100, irregular_words: 20,
+              max_words: 12}
+vocab: {type: bpe, size: 120}
+model: {src_embed_dim: 16, tgt_embed_dim: 16, hidden_size: 24, decoder_hidden_size: 24, attention_dim: 24,
+        maxout_dim: 12, dropout_hidden: 0.1, dropout_output: 0.1}
+train:
+  run_dir: run
+  device: cpu
+  batch_type: sentences
+  batch_size: 16
+  max_len: 40
+  bucket_pool: 4
+  learning_rate: 0.01
+  log_every: 5
+  validate_every: 10
+  max_steps: 30
+decode: {beam_size: 2, max_len_a: 1.2, max_len_b: 3}
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> Path:
+    """A config with its data and vocabulary prepared once; tests copy the folder and train into it."""
+    folder = tmp_path_factory.mktemp("prepared")
+    (folder / "tiny.yaml").write_text(TINY)
+    config = load_config(folder / "tiny.yaml")
+    train_module._prepare_inputs(config)
+    return folder
+
+
+@pytest.fixture
+def workdir(prepared, tmp_path) -> Path:
+    shutil.copytree(prepared, tmp_path / "w")
+    return tmp_path / "w"
+
+
+def config_of(workdir: Path, *overrides: str):
+    return load_config(workdir / "tiny.yaml", list(overrides))
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def parameters(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+def test_loss_falls_and_run_dir_is_complete(workdir):
+    run = train_module.train(
+        config_of(workdir, "train.max_steps=160", "train.validate_every=40", "train.log_every=10")
+    )
+    records = metrics(run)
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 16
+    assert sum(losses[-3:]) < 0.7 * sum(losses[:3])
+    valid = [r for r in records if "valid_loss" in r]
+    assert [r["step"] for r in valid] == [40, 80, 120, 160]
+    assert {"loss", "ppl", "lr", "tokens_per_s", "padding", "epoch", "skipped"} <= set(records[0])
+    assert {"valid_loss", "valid_ppl", "valid_bleu"} <= set(valid[0])
+    assert (run / "config.yaml").is_file() and (run / "train.log").is_file()
+    assert load_config(run / "config.yaml").model.hidden_size == 24  # the resolved config round-trips
+    ckpt = run / "checkpoints"
+    assert (ckpt / "latest.pt").is_file() and (ckpt / "best.pt").is_symlink()
+    assert len(list(ckpt.glob("step-*.pt"))) <= 3  # keep_best default
+    model, vocab, _ = load_trained(run)
+    assert vocab.src_size == 120 and not model.training
+
+
+def test_keep_best_and_early_stopping(workdir):
+    # a learning rate this small cannot move dev BLEU: no validation after the first improves it
+    config = config_of(
+        workdir,
+        "train.learning_rate=1e-12",
+        "train.min_learning_rate=0",
+        "train.validate_every=2",
+        "train.patience=2",
+        "train.keep_best=1",
+        "train.max_steps=50",
+    )
+    run = train_module.train(config)
+    valid = [r for r in metrics(run) if "valid_bleu" in r]
+    assert [r["step"] for r in valid] == [2, 4, 6]  # stopped after 2 validations without improvement
+    kept = sorted(p.name for p in (run / "checkpoints").glob("step-*.pt"))
+    assert kept == ["step-2.pt"]
+    assert os.readlink(run / "checkpoints" / "best.pt") == "step-2.pt"
+    assert load_checkpoint(run / "checkpoints" / "latest.pt")["step"] == 6
+
+
+def test_non_finite_loss_is_skipped_and_never_reaches_the_weights(workdir, monkeypatch):
+    built = train_module.build_model
+    calls = {"n": 0}
+
+    def poisoned(*args, **kwargs):
+        model = built(*args, **kwargs)
+
+        def hook(module, inputs, output):
+            calls["n"] += 1
+            return output * float("nan") if module.training and calls["n"] == 3 else output
+
+        model.register_forward_hook(hook)
+        return model
+
+    monkeypatch.setattr(train_module, "build_model", poisoned)
+    run = train_module.train(config_of(workdir, "train.max_steps=10", "train.valid_bleu=false"))
+    last = [r for r in metrics(run) if "skipped" in r][-1]
+    assert last["skipped"] == 1
+    weights = parameters(run / "checkpoints" / "latest.pt")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+def test_many_non_finite_updates_stop_the_run(workdir, monkeypatch):
+    built = train_module.build_model
+
+    def always_nan(*args, **kwargs):
+        model = built(*args, **kwargs)
+        model.register_forward_hook(lambda m, i, out: out * float("nan") if m.training else out)
+        return model
+
+    monkeypatch.setattr(train_module, "build_model", always_nan)
+    with pytest.raises(UserError, match="consecutive updates had a non-finite loss"):
+        train_module.train(config_of(workdir, "train.max_nonfinite=5", "train.max_steps=100"))
+
+
+def test_interrupted_checkpoint_write_keeps_the_previous_one(workdir, monkeypatch):
+    run = train_module.train(config_of(workdir, "train.max_steps=10", "train.valid_bleu=false"))
+    latest = run / "checkpoints" / "latest.pt"
+    before = parameters(latest)
+
+    def torn_save(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", torn_save)
+    with pytest.raises(OSError, match="No space left"):
+        train_module.train(config_of(workdir, "train.max_steps=20", "train.valid_bleu=false"))
+    after = parameters(latest)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_resume_is_refused_when_vocabulary_or_model_changed(workdir):
+    train_module.train(config_of(workdir, "train.max_steps=4", "train.valid_bleu=false"))
+    with pytest.raises(UserError, match=r"config changed: model.hidden_size was 24, now 32"):
+        train_module.train(config_of(workdir, "train.max_steps=8", "model.hidden_size=32"))
+    with pytest.raises(UserError, match=r"cannot resume: the vocabulary changed"):
+        train_module.train(config_of(workdir, "train.max_steps=8", "vocab.size=100"))
+
+
+def test_resume_flag_without_checkpoint_is_an_error(workdir):
+    with pytest.raises(UserError, match="--resume given but the run has no checkpoint"):
+        train_module.train(config_of(workdir), resume=True)
+
+
+def cli(workdir: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "seq2seq_attn", "--quiet", "train", str(workdir / "tiny.yaml"), *args]
+
+
+def quiet_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
+    settings = [
+        "--set",
+        "train.max_steps=40",
+        "--set",
+        "train.checkpoint_every=3",
+        "--set",
+        "train.validate_every=100",
+        "--set",
+        "train.valid_bleu=false",
+    ]
+    reference = tmp_path / "reference"
+    shutil.copytree(prepared, reference)
+    subprocess.run(cli(reference, *settings), check=True, env=quiet_env(), timeout=300)
+
+    killed = tmp_path / "killed"
+    shutil.copytree(prepared, killed)
+    latest = killed / "run" / "checkpoints" / "latest.pt"
+    for wait in (0.0, 0.15, 0.4):  # kill at different points: mid-step, mid-write, between steps
+        process = subprocess.Popen(cli(killed, *settings), env=quiet_env())
+        deadline = time.monotonic() + 120
+        step_before = load_checkpoint(latest)["step"] if latest.exists() else 0
+        while time.monotonic() < deadline and process.poll() is None:
+            if latest.exists() and load_checkpoint(latest)["step"] > step_before:
+                break
+            time.sleep(0.02)
+        time.sleep(wait)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        load_checkpoint(latest)  # never unreadable
+    subprocess.run(cli(killed, *settings), check=True, env=quiet_env(), timeout=300)
+
+    a = parameters(reference / "run" / "checkpoints" / "latest.pt")
+    b = parameters(latest)
+    assert load_checkpoint(latest)["step"] == 40
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed run diverged from the uninterrupted run"
+
+
+@pytest.mark.slow
+def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
+    process = subprocess.Popen(
+        cli(workdir, "--set", "train.max_steps=100000", "--set", "train.valid_bleu=false"),
+        env=quiet_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics_file = workdir / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (metrics_file.exists() and metrics_file.read_text().strip()):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert "checkpoint saved at step" in stderr
+    state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
+    assert state["step"] >= 5
+
+
+@pytest.mark.slow
+def test_ddp_gloo_two_processes(workdir):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [
+        str(torchrun),
+        "--nproc_per_node=2",
+        "--standalone",
+        "-m",
+        "seq2seq_attn",
+        "--quiet",
+        "train",
+        str(workdir / "tiny.yaml"),
+        "--set",
+        "train.max_steps=12",
+        "--set",
+        "train.validate_every=6",
+    ]
+    result = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
+    assert state["step"] == 12
+    assert len(state["data"]) == 2 and state["data"][0] == state["data"][1]  # ranks step in lockstep
+    model, _, _ = load_trained(workdir / "run")
+    assert sum(p.numel() for p in model.parameters()) > 0

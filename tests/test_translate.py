@@ -1,0 +1,263 @@
+"""`seq2seq translate` / `seq2seq average`: line alignment whatever the bytes, formats, attention files, UNK
+replacement, checkpoint averaging, one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import typer
+from conftest import make_run_dir, tiny_config, write_corpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_search import ScriptedModel
+from typer.testing import CliRunner
+
+from seq2seq_attn.checkpoint import average_checkpoints, latest_checkpoints, load_checkpoint, load_trained
+from seq2seq_attn.cli.translate import register
+from seq2seq_attn.config import DecodeConfig
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.heatmap import MAX_INCHES, MIN_FONT, axis_layout
+from seq2seq_attn.translate import Translator, piece_words, translate_stream
+from seq2seq_attn.vocab import EOS_ID, UNK_ID
+
+WORDS = ["the", "cat", "sat", "on", "mat", "dog", "big", "red", "naïve"]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_run_dir: Path):
+    return load_trained(tiny_run_dir)
+
+
+def make_translator(trained, with_attention: bool = False, **decode: object) -> Translator:
+    model, vocab, config = trained
+    return Translator(
+        model, vocab, dataclasses.replace(config.decode, **decode), "cpu", with_attention=with_attention
+    )
+
+
+def run_stream(translator: Translator, data: bytes, **options: object) -> list[str]:
+    sink = io.BytesIO()
+    translate_stream(translator, io.BytesIO(data), sink, **options)
+    return sink.getvalue().decode("utf-8").split("\n")[:-1]
+
+
+def input_lines(data: bytes) -> list[bytes]:
+    """Lines as a byte stream has them: split on \\n only; a last line without \\n counts."""
+    return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
+
+
+LINE = st.one_of(
+    st.text(max_size=30).map(str.encode),  # any unicode: RTL marks, emoji, separators, NUL, ...
+    st.binary(max_size=30),  # invalid UTF-8
+    st.sampled_from(
+        [b"", b"   ", b"\t \r", b"\x00", "\u2028\u2029\x85".encode(), "\u202eabc \U0001f600".encode()]
+    ),
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=10).map(" ".join).map(str.encode),
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lines=st.lists(LINE, max_size=8), final_newline=st.booleans(), chunk=st.integers(1, 5))
+def test_n_lines_in_n_lines_out_whatever_the_bytes(trained, lines, final_newline, chunk):
+    data = b"\n".join(lines) + (b"\n" if final_newline and lines else b"")
+    expected = input_lines(data)
+    translator = make_translator(trained, beam_size=2, max_len_a=0.0, max_len_b=4)  # short: not under test
+    out = run_stream(translator, data, chunk_lines=chunk)
+    assert len(out) == len(expected)
+    assert len("".join(line + "\n" for line in out).splitlines()) == len(expected)  # no hidden line breaks
+    for source, target in zip(expected, out, strict=True):
+        if not source.strip(b" \t\r"):
+            assert target == ""
+
+
+def test_very_long_line_is_cut_to_max_src_tokens(trained):
+    long_line = " ".join(WORDS[i % len(WORDS)] for i in range(1000))
+    translator = make_translator(trained, with_attention=True, beam_size=1, max_len_a=0.0, max_len_b=4)
+    short, long, empty = translator.translate(["the cat", long_line, ""])
+    assert len(long.src_pieces) == translator.max_src_tokens == 256
+    assert long.hypotheses[0].attention.shape[1] == 256 + 1  # + the source EOS
+    assert len(short.hypotheses) == 1 and empty.hypotheses == [] and empty.texts == []
+
+
+def test_heat_maps_and_matrices_for_each_non_empty_line(trained, tmp_path):
+    _, vocab, _ = trained
+    lines = ["the cat sat", "", "a big red dog ran to the house on the mat"]
+    translator = make_translator(trained, beam_size=3)
+    run_stream(translator, "\n".join(lines).encode(), attention_dir=tmp_path / "att")
+    assert sorted(p.name for p in (tmp_path / "att").iterdir()) == [
+        "000000.json",
+        "000000.png",
+        "000002.json",
+        "000002.png",
+    ]
+    for index in (0, 2):
+        record = json.loads((tmp_path / "att" / f"{index:06d}.json").read_text(encoding="utf-8"))
+        weights = np.array(record["attention"])
+        assert record["source"] == [*vocab.src_pieces(lines[index]), "</s>"]
+        assert record["target"][-1] == "</s>"
+        assert weights.shape == (len(record["target"]), len(record["source"]))
+        assert np.allclose(weights.sum(axis=1), 1.0, atol=1e-4)
+        assert (tmp_path / "att" / f"{index:06d}.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+@pytest.mark.parametrize(
+    ("count", "thinned"), [(1, False), (12, False), (100, False), (400, False), (2000, True)]
+)
+def test_long_sentences_keep_readable_labels(count, thinned):
+    inches, font, step = axis_layout(count)
+    assert inches <= MAX_INCHES and font >= MIN_FONT
+    assert font <= 0.8 * inches * 72 * step / count + 1e-9  # every label shown has room for its font
+    assert (step > 1) == thinned
+
+
+def test_piece_words_maps_each_piece_to_its_whitespace_word():
+    assert piece_words(["\u2581new", "ton", "\u2581a", "\u2581", "b", "c"]) == [
+        "newton",
+        "newton",
+        "a",
+        "bc",
+        "bc",
+        "bc",
+    ]
+
+
+@pytest.fixture(scope="module")
+def word_vocab(tmp_path_factory):
+    """A word-level shortlist (the paper's setting): every word outside it is one <unk>."""
+    config = tiny_config(tmp_path_factory.mktemp("word"), vocab={"type": "word", "size": 12})
+    write_corpus(config.data_dir)
+    return load_trained(make_run_dir(config))[1]
+
+
+@pytest.mark.parametrize("dictionary", [None, {"zebra": "zèbre", "mat": "tapis"}])
+@pytest.mark.parametrize("attended", [0, 1, 4])
+def test_unk_is_replaced_by_the_most_attended_source_word(word_vocab, tmp_path, attended, dictionary):
+    line = "the zebra sat on mat"
+    source_words = line.split()
+    assert len(word_vocab.src_pieces(line)) == len(source_words)
+    # the scripted model writes "4 <unk> 5" and, while writing <unk>, attends only to source word `attended`
+    script = [{4: 0.9}, {UNK_ID: 0.9}, {5: 0.9}, {EOS_ID: 0.9}]
+    model = ScriptedModel(script, attend=[0, attended, 0, 0], vocab=word_vocab.tgt_size)
+    decode = {"beam_size": 2, "replace_unk": True, "unk_dictionary": ""}
+    if dictionary:
+        path = tmp_path / "dict.tsv"
+        path.write_text("".join(f"{s}\t{t}\n" for s, t in dictionary.items()), encoding="utf-8")
+        decode["unk_dictionary"] = str(path)
+    translator = Translator(model, word_vocab, dataclasses.replace(DecodeConfig(), **decode), "cpu")
+    (result,) = translator.translate([line])
+    assert result.hypotheses[0].tokens == [4, UNK_ID, 5]
+    word = source_words[attended]
+    replacement = (dictionary or {}).get(word, word)
+    assert result.texts[0] == f"{word_vocab.decode_tgt([4])} {replacement} {word_vocab.decode_tgt([5])}"
+
+
+@pytest.fixture
+def run_with_three_checkpoints(tmp_path) -> Path:
+    config = tiny_config(tmp_path)
+    write_corpus(config.data_dir)
+    return make_run_dir(config, steps=(1, 2, 3))
+
+
+def cli_app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    return app
+
+
+def test_average_is_the_mean_of_the_last_k_and_translate_can_use_it(run_with_three_checkpoints):
+    run = run_with_three_checkpoints
+    out = run / "checkpoints" / "avg.pt"
+    result = CliRunner().invoke(cli_app(), ["average", str(run), "--last", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    averaged = load_checkpoint(out)["model"]
+    two, three = (load_checkpoint(run / "checkpoints" / f"step-{n}.pt")["model"] for n in (2, 3))
+    for name, tensor in averaged.items():
+        assert torch.allclose(tensor, (two[name] + three[name]) / 2)
+    assert [p.name for p in latest_checkpoints(run, 2)] == ["step-2.pt", "step-3.pt"]
+
+    text = "the cat sat\n\na dog\n"
+    by_file = CliRunner().invoke(cli_app(), ["translate", "--model", str(out), "--beam", "2"], input=text)
+    by_option = CliRunner().invoke(
+        cli_app(), ["translate", "--model", str(run), "--average", "2", "--beam", "2"], input=text
+    )
+    assert by_file.exit_code == by_option.exit_code == 0, by_option.output
+    assert by_file.stdout == by_option.stdout
+    assert len(by_file.stdout.splitlines()) == 3
+
+
+def test_checkpoints_of_different_models_are_not_averaged(run_with_three_checkpoints, tmp_path):
+    folder = run_with_three_checkpoints / "checkpoints"
+    other = load_checkpoint(folder / "step-1.pt")
+    other["config"]["model"]["hidden_size"] = 99
+    torch.save(other, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="different model configuration"):
+        average_checkpoints([folder / "step-1.pt", tmp_path / "other.pt"])
+
+
+def test_nbest_scores_and_file_output(tiny_run_dir, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\n   \non the mat\n", encoding="utf-8")
+    out = tmp_path / "out.tsv"
+    args = [
+        "translate",
+        "--model",
+        str(tiny_run_dir),
+        "-i",
+        str(source),
+        "-o",
+        str(out),
+        "--beam",
+        "3",
+        "--nbest",
+        "2",
+    ]
+    assert CliRunner().invoke(cli_app(), args).exit_code == 0
+    rows = [line.split("\t") for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [(r[0], r[1]) for r in rows] == [("0", "1"), ("0", "2"), ("1", "1"), ("2", "1"), ("2", "2")]
+    assert all(len(r) == 4 for r in rows) and rows[2][2:] == ["0.0000", ""]
+    assert float(rows[0][2]) >= float(rows[1][2]) and float(rows[3][2]) >= float(rows[4][2])
+
+    scored = CliRunner().invoke(
+        cli_app(), ["translate", "--model", str(tiny_run_dir), "--scores"], input="the cat\n"
+    )
+    score, text = scored.stdout.rstrip("\n").split("\t")
+    assert float(score) < 0 and text
+
+
+def seq2seq(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "seq2seq_attn", *args], input=stdin, capture_output=True, timeout=120
+    )
+
+
+def test_stdin_to_stdout_round_trip(tiny_run_dir):
+    data = b"the cat sat\n\n  \t \nna\xc3\xafve \xff\xfe dog\x00\nthe \xe2\x80\xa8 mat"
+    done = seq2seq("translate", "--model", str(tiny_run_dir), "--beam", "2", stdin=data)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode("utf-8").split("\n")
+    assert lines[-1] == "" and len(lines[:-1]) == 5
+    assert lines[1] == lines[2] == "" and all(lines[i] for i in (0, 3, 4))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--beam", "0"], "--beam (decode.beam_size) must be >= 1, got 0"),
+        (["--beam", "2", "--nbest", "3"], "--nbest (decode.nbest) = 3 exceeds --beam"),
+        (["-o", "/nonexistent-dir/out.txt"], "does not exist"),
+    ],
+)
+def test_impossible_options_are_one_line_errors(tiny_run_dir, args, message):
+    done = seq2seq("translate", "--model", str(tiny_run_dir), *args, stdin=b"the cat\n")
+    stderr = done.stderr.decode()
+    assert done.returncode == 2
+    assert stderr.count("\n") == 1 and stderr.startswith("seq2seq: error:") and message in stderr
+    assert done.stdout == b""
