@@ -71,6 +71,9 @@ def main() -> None:
     except click.exceptions.Abort:
         print("seq2seq: aborted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # the reader went away (`seq2seq translate ... | head`): not an error
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
+        sys.exit(0)
     except (UserError, OSError) as err:
         if DEBUG:
             raise

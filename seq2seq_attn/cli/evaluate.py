@@ -14,7 +14,7 @@ import typer
 from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
-from ..evaluate import evaluate, load_systems, merge_reports, parse_edges, read_text, render
+from ..evaluate import System, evaluate, load_systems, merge_reports, parse_edges, read_text, render
 from ..io import read_json, write_text
 
 DEFAULTS = EvalConfig()
@@ -52,10 +52,16 @@ def eval_command(
     src: Path | None = typer.Option(
         None, "--src", help="Sources, line-aligned; needed by --by-length unless --bucket-by reference."
     ),
+    model: list[Path] = typer.Option(
+        [],
+        "--model",
+        help="A trained run (or checkpoint): translate --src with its decode settings, then score it; the "
+        "hypotheses are kept next to the report (or in the run directory). Repeatable.",
+    ),
     label: list[str] = typer.Option(
         [],
         "--label",
-        help="Name of each --hyp, in the same order (default: its file name without extension).",
+        help="Name of each --hyp, then of each --model, in order (default: file name / run name).",
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
     buckets: str = typer.Option(
@@ -93,8 +99,14 @@ def eval_command(
 ) -> None:
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
     source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2)."""
-    if not hyp:
-        raise UserError("give at least one --hyp FILE")
+    if not hyp and not model:
+        raise UserError("give at least one --hyp FILE or --model RUN_DIR")
+    if model and src is None:
+        raise UserError("--model translates the source: give --src FILE")
+    if label and len(label) != len(hyp) + len(model):
+        raise UserError(
+            f"{len(label)} --label for {len(hyp)} --hyp and {len(model)} --model: one each, or none"
+        )
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
     config = EvalConfig(
@@ -104,9 +116,13 @@ def eval_command(
         seed=seed,
         min_bucket_size=min_bucket_size,
     )
-    systems = load_systems(hyp, label)
+    systems = load_systems(hyp, label[: len(hyp)])
     references = read_text(ref)
     sources = read_text(src) if src is not None else None
+    labels = label[len(hyp) :] or [default_model_label(path) for path in model]
+    for run, name in zip(model, labels, strict=True):
+        folder = output.parent if output is not None else (run if run.is_dir() else run.parent.parent)
+        systems.append(translate_system(run, name, sources, folder / f"{Path(src).stem}.{name}.hyp"))
     report = evaluate(
         systems,
         references,
@@ -117,6 +133,26 @@ def eval_command(
         sources_path=str(src) if src is not None else "",
     )
     write_outputs(report, fmt.value if fmt else None, output, plot)
+
+
+def default_model_label(run: Path) -> str:
+    return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
+
+
+def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) -> System:
+    """Translate `sources` with a trained run's own decode settings and keep the hypotheses file."""
+    import torch
+
+    from ..checkpoint import load_trained
+    from ..translate import Translator
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    network, vocab, config = load_trained(run, device)
+    translations = Translator(network, vocab, config.decode, device).translate(sources)
+    hypotheses = [t.texts[0] if t.texts else "" for t in translations]
+    write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
+    info(f"eval: translated {len(sources)} lines with {run} -> {hyp_path}")
+    return System(label, hypotheses, str(hyp_path))
 
 
 def write_outputs(report: dict[str, Any], fmt: str | None, output: Path | None, plot: Path | None) -> None:
