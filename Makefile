@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint format demo clean
+.PHONY: install test lint format demo reproduce-local reproduce-wmt14 clean
 
 install: $(STAMP)
 
@@ -25,6 +25,29 @@ lint: install
 format: install
 	$(BIN)/ruff check --fix seq2seq_attn tests scripts
 	$(BIN)/ruff format seq2seq_attn tests scripts
+
+# The headline: RNNsearch vs RNNencdec on the offline synthetic corpus, BLEU by length (runs/demo/).
+demo: install
+	$(BIN)/python scripts/reproduce.py --out runs/demo --parallel --criteria \
+		--label RNNsearch --label RNNencdec configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml
+
+# Any line-aligned corpus with {train,valid,test}.{$(SRC),$(TGT)}[.gz]; defaults fit ../shared/corpora/en-fr.
+CORPUS ?= ../shared/corpora/en-fr
+SRC ?= en
+TGT ?= fr
+LOCAL_SET = --set data.local.train.src=$(abspath $(CORPUS))/train.$(SRC)$(if $(wildcard $(CORPUS)/train.$(SRC).gz),.gz) \
+	--set data.local.train.tgt=$(abspath $(CORPUS))/train.$(TGT)$(if $(wildcard $(CORPUS)/train.$(TGT).gz),.gz) \
+	--set data.local.valid.src=$(abspath $(CORPUS))/valid.$(SRC) --set data.local.valid.tgt=$(abspath $(CORPUS))/valid.$(TGT) \
+	--set data.local.test.src=$(abspath $(CORPUS))/test.$(SRC) --set data.local.test.tgt=$(abspath $(CORPUS))/test.$(TGT)
+reproduce-local: install
+	$(BIN)/python scripts/reproduce.py --out runs/local --parallel $(LOCAL_SET) \
+		--label RNNsearch --label RNNencdec configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml
+
+# The paper's four models on WMT'14 En->Fr from Hugging Face (newstest2014 by length). Needs network and GPUs.
+reproduce-wmt14: install
+	$(BIN)/python scripts/reproduce.py --out runs/wmt14 \
+		--label RNNencdec-30 --label RNNencdec-50 --label RNNsearch-30 --label RNNsearch-50 \
+		configs/rnnencdec30.yaml configs/rnnencdec50.yaml configs/rnnsearch30.yaml configs/rnnsearch50.yaml
 
 clean:
 	rm -rf $(VENV) build *.egg-info

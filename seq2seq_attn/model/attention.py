@@ -37,7 +37,7 @@ class Attention(nn.Module):
             self.key_proj = nn.Linear(annotation_size, attention_dim)  # U_a h_j (+ the score's one bias)
             self.query_proj = nn.Linear(query_size, attention_dim, bias=False)  # W_a s_{i-1}
             self.v = nn.Parameter(torch.empty(attention_dim))  # v_a
-            nn.init.normal_(self.v, std=attention_dim**-0.5)
+            nn.init.uniform_(self.v, -(attention_dim**-0.5), attention_dim**-0.5)  # nn.Linear's default
         elif kind == "general":
             # h_t^T W_a h_j; a bias would add the same h_t^T b to every j, which the softmax ignores.
             self.key_proj = nn.Linear(annotation_size, query_size, bias=False)
@@ -68,8 +68,10 @@ class Attention(nn.Module):
         if self.kind in ADDITIVE:
             # e_ij = v_a^T tanh(W_a s + U_a h_j), written with tanh(x) = 2 sigmoid(2x) - 1: the same numbers,
             # but PyTorch's CPU sigmoid is several times faster than its tanh, and this is the largest
-            # elementwise operation of search. (batch, steps, 1, dim) + (batch, 1, src_len, dim):
-            half = torch.sigmoid(torch.add(2 * self.query_proj(query).unsqueeze(2), enc.keys.unsqueeze(1), alpha=2))
+            # elementwise operation of training and search.
+            query = self.query_proj(query).unsqueeze(2)  # (batch, steps, 1, dim)
+            keys = enc.keys.unsqueeze(1)  # (batch, 1, src_len, dim)
+            half = torch.sigmoid(torch.add(2 * query, keys, alpha=2))  # (1 + tanh(W_a s + U_a h_j)) / 2
             scores = 2 * (half @ self.v) - self.v.sum()  # (batch, steps, src_len)
         else:  # dot, general: e_ij = h_t^T (W_a) h_j
             scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, steps, src_len)

@@ -100,7 +100,7 @@ class RNNSearchDecoder(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """The time loop: attention from s_{i-1}, then s_i. Returns the stacked s_{i-1}, c_i, alpha_i and
         the final hidden and cell states."""
-        weights_rnn = self.rnn.step_weights()
+        rnn_weights = self.rnn.step_weights()
         # W E y_{i-1} + b for every i, one (batch, gates) tensor per step (unbind: one backward op, not T)
         static_gates = self.rnn.project_static(embedded).unbind(1)
         hidden = list(state.hidden.unbind(1))
@@ -109,7 +109,7 @@ class RNNSearchDecoder(nn.Module):
         for gates in static_gates:
             s_prev = hidden[-1]  # the top layer's s_{i-1}: (batch, hid)
             context, alpha = self.attention(s_prev.unsqueeze(1), enc)  # alpha_ij, c_i: eqs. (5), (6)
-            _, hidden, cell = self.rnn.step(weights_rnn, gates, context.squeeze(1), hidden, cell)  # s_i
+            _, hidden, cell = self.rnn.step(rnn_weights, gates, context.squeeze(1), hidden, cell)  # s_i
             previous.append(s_prev)
             contexts.append(context)
             weights.append(alpha)
@@ -162,14 +162,14 @@ class LuongDecoder(nn.Module):
         self, enc: EncoderOutput, state: DecoderState, embedded: Tensor
     ) -> tuple[Tensor, Tensor, DecoderState]:
         """The input-feeding time loop: RNN step, then attention from h_t, then h~_t fed to the next step."""
-        weights_rnn = self.rnn.step_weights()
+        rnn_weights = self.rnn.step_weights()
         static_gates = self.rnn.project_static(embedded).unbind(1)  # W E y_{t-1} + b, one tensor per step
         hidden = list(state.hidden.unbind(1))
         cell = list(state.cell.unbind(1)) if state.cell is not None else None
         feed = state.feed  # h~_{t-1}
         attentional, weights = [], []
         for gates in static_gates:
-            h, hidden, cell = self.rnn.step(weights_rnn, gates, feed, hidden, cell)  # h_t
+            h, hidden, cell = self.rnn.step(rnn_weights, gates, feed, hidden, cell)  # h_t
             context, alpha = self.attention(h.unsqueeze(1), enc)  # c_t, a_t from score(h_t, h_s)
             feed = self.attentional(context.squeeze(1), h)  # h~_t
             attentional.append(feed)

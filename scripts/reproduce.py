@@ -1,0 +1,218 @@
+"""Train several systems on one corpus with the same budget and draw BLEU against sentence length.
+
+This is what `make demo`, `make reproduce-local` and `make reproduce-wmt14` run. For each config:
+prepare the data and vocabulary (once per data folder), train (all systems at the same time when
+`--parallel`, splitting the CPU threads or GPUs between them), then translate the test set with each
+run's beam settings and score all systems together with `seq2seq eval --by-length`. Writes to --out:
+
+    by_length.json / by_length.md   the table (BLEU, chrF, BP, 95% CI per bucket and system)
+    curve.png                        BLEU by source length, one line per system (Bahdanau et al., Fig. 2)
+    attention/                       heat maps of a few test sentences for the first attention system
+    summary.md                       the table, wall times and the paper's criteria (--criteria)
+
+Usage: python scripts/reproduce.py --out runs/demo configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from seq2seq_attn.config import Config, load_config
+from seq2seq_attn.evaluate import render
+from seq2seq_attn.io import read_lines, write_text
+
+SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("configs", nargs="+", type=Path, help="one experiment config per system")
+    parser.add_argument("--out", type=Path, required=True, help="folder for the table, curve and heat maps")
+    parser.add_argument("--label", action="append", default=[], help="system names (default: config names)")
+    parser.add_argument(
+        "--set", action="append", default=[], dest="overrides", help="override for every config"
+    )
+    parser.add_argument("--parallel", action="store_true", help="train all systems at the same time")
+    parser.add_argument("--heatmaps", type=int, default=4, help="attention heat maps to draw (0: none)")
+    parser.add_argument("--criteria", action="store_true", help="check the paper's length criteria (demo)")
+    args = parser.parse_args()
+
+    configs = [load_config(path, args.overrides) for path in args.configs]
+    labels = args.label or [config.name for config in configs]
+    if len(labels) != len(configs):
+        sys.exit(f"reproduce: {len(labels)} --label for {len(configs)} configs")
+    args.out.mkdir(parents=True, exist_ok=True)
+    times: dict[str, float] = {}
+
+    start = time.monotonic()
+    one_per_data_dir: dict[Path, Path] = {}
+    for config, path in zip(configs, args.configs, strict=True):
+        one_per_data_dir.setdefault(config.data_dir.resolve(), path)
+    for path in one_per_data_dir.values():
+        _run([*SEQ2SEQ, "data", "prepare", str(path), *_sets(args.overrides)])
+        _run([*SEQ2SEQ, "vocab", str(path), *_sets(args.overrides)])
+    times["data + vocabulary"] = time.monotonic() - start
+
+    start = time.monotonic()
+    _train_all(args.configs, args.overrides, args.parallel)
+    times["training"] = time.monotonic() - start
+
+    start = time.monotonic()
+    test_src, test_ref = configs[0].data_dir / "test.src", configs[0].data_dir / "test.tgt"
+    report_path = args.out / "by_length.json"
+    command = [
+        *SEQ2SEQ,
+        "eval",
+        "--src",
+        str(test_src),
+        "--ref",
+        str(test_ref),
+        "--by-length",
+        "--output",
+        str(report_path),
+        "--plot",
+        str(args.out / "curve.png"),
+    ]
+    for config, label in zip(configs, labels, strict=True):
+        command += ["--model", str(config.run_dir), "--label", label]
+    _run(command)
+    times["translate + evaluate"] = time.monotonic() - start
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    write_text(args.out / "by_length.md", render(report, "markdown"))
+
+    attention = next((c for c in configs if c.model.attention != "none"), None)
+    if args.heatmaps and attention is not None:
+        _heatmaps(attention, test_src, args.out / "attention", args.heatmaps)
+
+    verdicts = check_criteria(report, configs, labels) if args.criteria else []
+    write_text(args.out / "summary.md", _summary(report, times, verdicts, args))
+    print((args.out / "summary.md").read_text(encoding="utf-8"))
+    if verdicts and not all(ok for ok, _ in verdicts):
+        sys.exit(1)
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [part for item in overrides for part in ("--set", item)]
+
+
+def _run(command: list[str], env: dict[str, str] | None = None) -> None:
+    print("+", " ".join(command), file=sys.stderr, flush=True)
+    subprocess.run(command, check=True, env=env)
+
+
+def _train_all(paths: list[Path], overrides: list[str], parallel: bool) -> None:
+    """Train every config; in parallel each process gets its share of the CPU threads (or one GPU each)."""
+    commands = [[*SEQ2SEQ, "train", str(path), *_sets(overrides)] for path in paths]
+    if not parallel:
+        for command in commands:
+            _run(command)
+        return
+    threads = max(1, (os.cpu_count() or 1) // len(commands))
+    processes = []
+    for index, command in enumerate(commands):
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+        if _gpus() >= len(commands):
+            env["CUDA_VISIBLE_DEVICES"] = str(index)
+        print("+", " ".join(command), file=sys.stderr, flush=True)
+        processes.append(subprocess.Popen(command, env=env))
+    failed = [p.args for p in processes if p.wait() != 0]
+    if failed:
+        sys.exit(f"reproduce: training failed: {failed}")
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _heatmaps(config: Config, test_src: Path, folder: Path, count: int) -> None:
+    """Heat maps of `count` test sentences of about 8 to 40 words (longer ones make unreadable pictures)."""
+    lines = list(read_lines(test_src))
+    targets = [8 + k * 32 // max(count - 1, 1) for k in range(count)]
+    picks = [min(range(len(lines)), key=lambda i, n=n: (abs(len(lines[i].split()) - n), i)) for n in targets]
+    chosen = folder / "sources.txt"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_text(chosen, "".join(lines[i] + "\n" for i in dict.fromkeys(picks)))
+    _run(
+        [
+            *SEQ2SEQ,
+            "translate",
+            "--model",
+            str(config.run_dir),
+            "-i",
+            str(chosen),
+            "-o",
+            str(folder / "translations.txt"),
+            "--attention",
+            str(folder),
+        ]
+    )
+
+
+def _bleu_by_bucket(report: dict, label: str) -> dict[str, float]:
+    system = next(s for s in report["systems"] if s["label"] == label)
+    return {row["bucket"]: row["bleu"] for row in system["rows"] if row["bucket"] != "all" and row["count"]}
+
+
+def check_criteria(report: dict, configs: list[Config], labels: list[str]) -> list[tuple[bool, str]]:
+    """The demo's acceptance test (issue 7): the fixed vector collapses on long sentences, attention does not.
+
+    - RNNencdec's BLEU in its longest bucket <= 0.6 x its best bucket;
+    - RNNsearch's BLEU in its longest bucket >= 0.85 x its best bucket;
+    - RNNsearch above RNNencdec in every bucket past 20 words.
+    """
+    search = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention != "none")
+    encdec = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention == "none")
+    a, b = _bleu_by_bucket(report, search), _bleu_by_bucket(report, encdec)
+    longest = list(a)[-1]
+    verdicts = [
+        (
+            b[longest] <= 0.6 * max(b.values()),
+            f"{encdec}: longest bucket {longest} BLEU {b[longest]:.2f} <= 0.6 x best {max(b.values()):.2f}",
+        ),
+        (
+            a[longest] >= 0.85 * max(a.values()),
+            f"{search}: longest bucket {longest} BLEU {a[longest]:.2f} >= 0.85 x best {max(a.values()):.2f}",
+        ),
+    ]
+    edges = report["edges"]
+    past_20 = [bucket["label"] for bucket, low in zip(report["buckets"], edges, strict=True) if low >= 20]
+    verdicts.append(
+        (
+            all(a[k] > b[k] for k in past_20 if k in a and k in b),
+            f"{search} above {encdec} in every bucket past 20 words ({', '.join(past_20)})",
+        )
+    )
+    return verdicts
+
+
+def _summary(report: dict, times: dict[str, float], verdicts: list[tuple[bool, str]], args) -> str:
+    lines = [
+        "# BLEU by source sentence length",
+        "",
+        "Command: `python scripts/reproduce.py " + " ".join(sys.argv[1:]) + "`",
+        "",
+        render(report, "markdown"),
+        "",
+        "| stage | wall time |",
+        "|---|---|",
+    ]
+    lines += [f"| {stage} | {seconds / 60:.1f} min |" for stage, seconds in times.items()]
+    if verdicts:
+        lines += ["", "Criteria (Bahdanau et al. 2014, Fig. 2):", ""]
+        lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in verdicts]
+    lines += ["", "![BLEU by length](curve.png)"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
