@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint format demo reproduce-local reproduce-wmt14 clean
+.PHONY: install test lint format demo reproduce-local reproduce-wmt14 bench clean
 
 install: $(STAMP)
 
@@ -48,6 +48,11 @@ reproduce-wmt14: install
 	$(BIN)/python scripts/reproduce.py --out runs/wmt14 \
 		--label RNNencdec-30 --label RNNencdec-50 --label RNNsearch-30 --label RNNsearch-50 \
 		configs/rnnencdec30.yaml configs/rnnencdec50.yaml configs/rnnsearch30.yaml configs/rnnsearch50.yaml
+
+# Ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 (issue 8) -> docs/PERFORMANCE.md and .json.
+# Peers are pip-installed once into .bench/venvs/. Options: BENCH_ARGS="--corpus ../shared/corpora/en-fr --reps 1"
+bench: install
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

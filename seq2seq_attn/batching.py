@@ -28,16 +28,13 @@ class Batch:
     n_padded: int  # all source + target positions, padding included
 
     def to(self, device: torch.device) -> Batch:
+        """Move the id tensors (asynchronously from pinned memory on CUDA); lengths stay on the CPU, where
+        packing the encoder input needs them, so no device round trip."""
         non_blocking = device.type == "cuda"
-        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return Batch(
-            move(self.src),
-            move(self.src_lengths),
-            move(self.tgt_in),
-            move(self.tgt_out),
-            self.n_tokens,
-            self.n_padded,
+        src, tgt_in, tgt_out = (
+            t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)
         )
+        return Batch(src, self.src_lengths, tgt_in, tgt_out, self.n_tokens, self.n_padded)
 
 
 def usable_indices(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_len: int) -> np.ndarray:

@@ -1,0 +1,316 @@
+"""Benchmark ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 (issue 8); writes docs/PERFORMANCE.md.
+
+For each repetition, the toolkits run one after the other (the order rotates), each: train a matched model
+for the wall-clock budget, then decode the whole test set with beam search and greedily from the checkpoint
+it reached, and score it. Ours also redoes data preparation + vocabulary + encoding from scratch, and trains
+its no-attention model for the same window of updates. Medians over the repetitions and the ratios ours/peer
+go to --doc (markdown) and the JSON file next to it; every stage's log stays under --out.
+
+    python scripts/bench.py                                  # synthetic corpus, 3 x 5 minutes per toolkit
+    python scripts/bench.py --corpus ../shared/corpora/en-fr # any folder of {train,valid,test}.{en,fr}[.gz]
+    python scripts/bench.py --toolkits ours --reps 1 --budget 0.5 --doc /tmp/p.md    # a quick look at ours
+
+The helpers live in scripts/bench/ (this script's folder holds both; `bench` below is that package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+from bench import logs, report
+from bench.measure import Job, launched, machine, run_job
+from bench.toolkits import PEERS, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
+
+from seq2seq_attn.io import count_lines, read_lines, write_json
+
+ROOT = Path(__file__).resolve().parent.parent
+SEQ2SEQ = ["-m", "seq2seq_attn"]
+ALL = ["ours", *PEERS]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add(
+        "--corpus",
+        type=Path,
+        help="folder with line-aligned {train,valid,test}.{SRC,TGT}[.gz] (default: synthetic)",
+    )
+    add("--src-lang", default="en", help="source file suffix in --corpus")
+    add("--tgt-lang", default="fr", help="target file suffix in --corpus")
+    add("--reps", type=int, default=3, help="repetitions (medians are reported)")
+    add("--budget", type=float, default=5.0, help="training wall-clock budget per run, minutes")
+    add("--warmup", type=int, default=25, help="updates left out of the steady-state throughput")
+    add("--steps", type=int, default=100, help="updates after the warm-up averaged for the throughput")
+    add("--log-every", type=int, default=25, help="updates per throughput interval (all toolkits)")
+    add(
+        "--max-steps", type=int, default=0, help="also stop training after this many updates (0: budget only)"
+    )
+    add("--batch", type=int, default=64, help="sentences per batch")
+    add("--beam", type=int, default=5, help="beam width")
+    add("--max-len", type=int, default=100, help="skip training pairs longer than this many pieces")
+    add("--max-output", type=int, default=150, help="generate at most this many pieces")
+    add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent for all toolkits")
+    add("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    add("--threads", type=int, default=0, help="OMP/MKL threads of every process (0: torch's default)")
+    add("--toolkits", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
+    add("--config", type=Path, default=ROOT / "configs/small_rnnsearch.yaml", help="our attention model")
+    add("--baseline", type=Path, default=ROOT / "configs/small_rnnencdec.yaml", help="our no-attention model")
+    add(
+        "--set",
+        action="append",
+        default=[],
+        dest="overrides",
+        help="extra override for our configs, KEY=VALUE",
+    )
+    add("--out", type=Path, default=ROOT / "runs/bench", help="logs, data and models of every run")
+    add("--cache", type=Path, default=ROOT / ".bench", help="the peers' virtual environments (venvs/)")
+    add("--doc", type=Path, default=ROOT / "docs/PERFORMANCE.md", help="markdown report (JSON next to it)")
+    add("--no-install", action="store_true", help="never pip-install a peer; skip those not installed")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.toolkits.split(",")) - set(ALL))
+    if unknown:
+        parser.error(f"--toolkits: unknown {', '.join(unknown)} (choose from {', '.join(ALL)})")
+    if min(args.reps, args.steps, args.log_every, args.batch, args.beam) < 1 or args.budget <= 0:
+        parser.error("--reps, --steps, --log-every, --batch, --beam and --budget must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench: --device cuda: no CUDA device is available")
+    settings = Settings(
+        device=device,
+        batch=args.batch,
+        beam=args.beam,
+        max_len=args.max_len,
+        max_output=args.max_output,
+        alpha=args.alpha,
+        log_every=args.log_every,
+        max_steps=args.max_steps,
+        budget_s=args.budget * 60,
+    )
+    out = args.out.resolve()
+    env = _environment(args.threads)
+    data_dir, peer_dir = out / "data", out / "peer-data"
+    data_sets = _data_overrides(args, data_dir)
+    ours_sets = [*data_sets, *_train_overrides(settings), *args.overrides]
+
+    _step(f"preparing the data in {data_dir}")
+    _prepare(args.config, ours_sets, out / "logs", env, force=False)
+    pieces = Pieces(data_dir / "vocab")
+    export_pieces(data_dir, pieces, peer_dir)
+
+    chosen = args.toolkits.split(",")
+    toolkits: list[Toolkit] = []
+    result: dict[str, Any] = {
+        "command": "python scripts/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "machine": machine(device, args.threads),
+        "settings": {**_jsonable(vars(args)), "budget_min": args.budget, "device": device},
+        "corpus": _corpus(args, data_dir),
+        "toolkits": {},
+        "ours_extra": [],
+    }
+    if "ours" in chosen:
+        toolkits.append(Ours(args.config, ours_sets, settings, data_dir, peer_dir))
+    for key in (k for k in PEERS if k in chosen):
+        peer = PEERS[key](args.cache.resolve(), peer_dir, pieces, settings, torch.__version__.split("+")[0])
+        _step(f"setting up {peer.label} in {peer.venv}")
+        try:
+            peer.setup(install=not args.no_install)
+            toolkits.append(peer)
+        except Skip as reason:
+            result["toolkits"][key] = {"label": peer.label, "skipped": str(reason), "runs": []}
+            print(f"bench: {peer.label} skipped: {reason}", file=sys.stderr)
+    for toolkit in toolkits:
+        result["toolkits"][toolkit.key] = {"label": toolkit.label, "version": toolkit.version(), "runs": []}
+    result["toolkits"] = {key: result["toolkits"][key] for key in ALL if key in result["toolkits"]}
+
+    window = (args.warmup, args.steps)
+    # our no-attention model, trained just over the throughput window
+    baseline_sets = [*ours_sets, f"train.max_steps={sum(window)}"]
+    baseline = Ours(args.baseline, baseline_sets, settings, data_dir, peer_dir)
+    refs = list(read_lines(data_dir / "test.tgt"))
+    for rep in range(args.reps):
+        shift = rep % max(len(toolkits), 1)  # alternate: each repetition starts with the next toolkit
+        for toolkit in toolkits[shift:] + toolkits[:shift]:
+            _step(f"repetition {rep + 1}/{args.reps}: {toolkit.label}")
+            folder = out / f"rep{rep + 1}" / toolkit.key
+            record = run_toolkit(toolkit, folder, window, settings.beam, env, refs)
+            result["toolkits"][toolkit.key]["runs"].append({"rep": rep, **record})
+            if toolkit.key == "ours":
+                extra = ours_extra(args.config, ours_sets, baseline, folder.parent, window, env)
+                result["ours_extra"].append({"rep": rep, **extra})
+            write_json(out / "results.json", result)  # partial results survive an interrupted benchmark
+
+    report.summarise(result)
+    write_json(out / "results.json", result)
+    json_path = report.save(result, args.doc)
+    print(report.markdown({device: result}))
+    print(f"bench: wrote {args.doc} and {json_path}; logs under {out}", file=sys.stderr)
+
+
+def run_toolkit(
+    toolkit: Toolkit, folder: Path, window: tuple[int, int], beam: int, env: dict[str, str], refs: list[str]
+) -> dict[str, Any]:
+    """Train for the budget, then decode the test set with beam search and greedily; one flat record."""
+    trained = run_job(toolkit.train_job(folder), env)
+    points = toolkit.train_points(folder, trained)
+    rate, window_end = logs.steady_rate(points, *window)
+    record: dict[str, Any] = {
+        "params": toolkit.parameters(trained),
+        "train_tokens_per_s": rate,
+        "train_window_end": window_end,  # short of warmup + steps: the budget ended inside the window
+        "train_steps": logs.last_step(points),
+        "train_seconds": trained.seconds,
+        "train_peak_rss_mb": trained.peak_rss_mb,
+        "train_cuda_peak_mb": trained.cuda_peak_mb,
+        "train_log": str(trained.log),
+    }
+    if trained.returncode and not trained.interrupted:
+        return {**record, "error": f"training failed (exit {trained.returncode}), see {trained.log}"}
+    if toolkit.checkpoint(folder) is None:
+        return {**record, "error": f"training wrote no checkpoint within the budget, see {trained.log}"}
+    for name, width in (("beam", beam), ("greedy", 1)):
+        hyp = folder / f"test.{name}.hyp"
+        decoded = run_job(toolkit.decode_job(folder, width, hyp), env)
+        if decoded.returncode or not hyp.is_file():
+            return {
+                **record,
+                "error": f"{name} decoding failed (exit {decoded.returncode}), see {decoded.log}",
+            }
+        output = toolkit.output(hyp, decoded, len(refs))
+        if len(output.texts) != len(refs):
+            return {
+                **record,
+                "error": f"{name} decoding gave {len(output.texts)} lines for {len(refs)}: {hyp}",
+            }
+        if not output.seconds:
+            return {**record, "error": f"{name} decoding time not found in {decoded.log}"}
+        record |= {
+            f"{name}_seconds": output.seconds,
+            f"{name}_sentences_per_s": len(refs) / output.seconds,
+            f"{name}_tokens_per_s": output.tokens / output.seconds,
+            f"bleu_{name}": sacrebleu.corpus_bleu(output.texts, [refs]).score,
+            f"{name}_log": str(decoded.log),
+        }
+        if name == "beam":
+            record |= {"decode_peak_rss_mb": decoded.peak_rss_mb, "decode_cuda_peak_mb": decoded.cuda_peak_mb}
+    return record
+
+
+def ours_extra(
+    config: Path, sets: list[str], baseline: Ours, folder: Path, window: tuple[int, int], env: dict[str, str]
+) -> dict[str, Any]:
+    """Ours alone: data preparation + vocabulary + encoding from scratch, and the no-attention throughput."""
+    scratch = folder / "prep-timing"
+    prepared, vocab = _prepare(config, [*sets, f"data.dir={scratch / 'data'}"], scratch, env, force=True)
+    shutil.rmtree(scratch / "data")  # the logs stay
+    trained = run_job(baseline.train_job(folder / "ours-noattn"), env)
+    points = baseline.train_points(folder / "ours-noattn", trained)
+    vocab_s, encode_s = logs.vocab_seconds(vocab.text())
+    return {
+        "prepare_s": prepared.seconds,
+        "vocab_s": vocab_s,
+        "encode_s": encode_s,
+        "prep_total_s": prepared.seconds + vocab.seconds,
+        "prep_peak_rss_mb": max(prepared.peak_rss_mb, vocab.peak_rss_mb),
+        "noattn_tokens_per_s": logs.steady_rate(points, *window)[0],
+        "noattn_log": str(trained.log),
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# set-up
+
+
+def _prepare(config: Path, sets: list[str], logs_dir: Path, env: dict[str, str], force: bool) -> tuple:
+    """`seq2seq data prepare` then `seq2seq vocab` (measured); a failure ends the benchmark."""
+    done = []
+    for verb in (["data", "prepare"], ["vocab"]):
+        argv = [
+            *SEQ2SEQ,
+            *verb,
+            str(config),
+            *[p for s in sets for p in ("--set", s)],
+            *(["--force"] if force else []),
+        ]
+        measured = run_job(Job(launched(sys.executable, argv), logs_dir / f"{verb[-1]}.log"), env)
+        if measured.returncode:
+            sys.exit(
+                f"bench: seq2seq {' '.join(verb)} failed (exit {measured.returncode}), see {measured.log}"
+            )
+        done.append(measured)
+    return tuple(done)
+
+
+def _data_overrides(args: argparse.Namespace, data_dir: Path) -> list[str]:
+    """Our config's data section pointed at the benchmark's folder and, with --corpus, at that corpus."""
+    sets = [f"data.dir={data_dir}"]
+    if args.corpus is None:
+        return sets
+    sets += ["data.source=local", f"data.src_lang={args.src_lang}", f"data.tgt_lang={args.tgt_lang}"]
+    for split in ("train", "valid", "test"):
+        for side, lang in (("src", args.src_lang), ("tgt", args.tgt_lang)):
+            plain = args.corpus.resolve() / f"{split}.{lang}"
+            path = plain if plain.is_file() else plain.with_name(plain.name + ".gz")
+            if not path.is_file():
+                sys.exit(f"bench: --corpus: neither {plain} nor {path.name} exists")
+            sets.append(f"data.local.{split}.{side}={path}")
+    return sets
+
+
+def _train_overrides(s: Settings) -> list[str]:
+    """Our training matched to the peers: batch, length limit, log interval; no validation in the budget."""
+    return [
+        "train.batch_type=sentences",
+        f"train.batch_size={s.batch}",
+        f"train.max_len={s.max_len}",
+        f"train.log_every={s.log_every}",
+        f"train.max_steps={s.max_steps}",
+        "train.max_minutes=0",
+        "train.validate_every=1000000000",
+        "train.valid_bleu=false",
+        f"train.device={s.device}",
+    ]
+
+
+def _environment(threads: int) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if threads:
+        env |= {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return env
+
+
+def _corpus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    """Which corpus: its short id (the folder name, or synthetic), a description, and the pairs per split."""
+    identity = args.corpus.resolve().name if args.corpus else "synthetic"
+    name = f"{args.corpus} ({args.src_lang}-{args.tgt_lang})" if args.corpus else "synthetic (seq2seq_attn)"
+    pairs = {split: count_lines(data_dir / f"{split}.src") for split in ("train", "valid", "test")}
+    return {"id": identity, "name": name, "pairs": pairs}
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {key: str(value) if isinstance(value, Path) else value for key, value in values.items()}
+
+
+def _step(message: str) -> None:
+    print(f"bench [{time.strftime('%H:%M:%S')}]: {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Run a toolkit's module or script in this interpreter and record its peak GPU memory at exit.
+
+With any toolkit's own python: `python launch.py -m MODULE [ARGS...]` or `python launch.py SCRIPT [ARGS...]`.
+The peak, `torch.cuda.max_memory_allocated()` (null when CUDA was never used), goes to the JSON file named
+by $BENCH_STATS_FILE. Standard library only: it runs inside the peers' virtual environments too.
+"""
+
+import atexit
+import json
+import os
+import runpy
+import sys
+
+sys.path.pop(0)  # this folder: its module names must not shadow the toolkit's imports
+
+
+def _record() -> None:
+    torch = sys.modules.get("torch")
+    used = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+    peak = torch.cuda.max_memory_allocated() if used else None
+    path = os.environ.get("BENCH_STATS_FILE")
+    if path:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"cuda_max_memory_allocated": peak}, handle)
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if not args:
+        sys.exit(__doc__)
+    atexit.register(_record)
+    if args[0] == "-m":
+        sys.argv = [args[1], *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = args
+        runpy.run_path(args[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()

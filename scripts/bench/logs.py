@@ -1,0 +1,102 @@
+"""Figures read out of each toolkit's own logs, so every toolkit is measured by its own clock.
+
+Training throughput is logged per interval of `log every` updates, as target tokens per second (padding
+excluded, EOS included) by all three toolkits:
+    ours        metrics.jsonl: {"step": 50, ..., "tokens_per_s": 5123.4, ...}
+    OpenNMT-py  "Step  50/  300; acc: ...; 1234/5678 tok/s; 12 sec;"  (source/target tokens per second)
+    JoeyNMT     "Epoch   1, Step:       50, Batch Loss: ..., Tokens per Sec:     5678, Lr: 0.001000"
+The steady state is the mean over the intervals that end after the warm-up, within a fixed window.
+
+Decoding time, excluding start-up and model loading:
+    ours        "Decoding took 1.2345 s for 1000 sentences and 23456 target tokens" (ours_decode.py)
+    OpenNMT-py  "Average translation time (ms): 12.3" times the sentences ("Total translation time (s)"
+                has one decimal only)
+    JoeyNMT     "Generation took 12.3456[sec]."
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from statistics import fmean
+
+OURS, JOEYNMT, OPENNMT = "ours", "joeynmt", "opennmt"
+
+_TRAIN = {
+    OPENNMT: re.compile(r"Step\s+(\d+)(?:/\s*\d+)?;.*?[\d.]+/\s*([\d.]+) tok/s"),
+    JOEYNMT: re.compile(r"Step:\s*(\d+),.*?Tokens per Sec:\s*([\d.]+)"),
+}
+_PARAMS = {
+    OURS: re.compile(r"\(([\d,]+) parameters"),
+    OPENNMT: re.compile(r"\* number of parameters: (\d+)"),
+    JOEYNMT: re.compile(r"Total params: (\d+)"),
+}
+_OURS_DECODE = re.compile(r"Decoding took ([\d.]+) s for (\d+) sentences and (\d+) target tokens")
+_OPENNMT_AVERAGE_MS = re.compile(r"Average translation time \(ms\): ([\d.]+)")
+_OPENNMT_TOTAL_S = re.compile(r"Total translation time \(s\): ([\d.]+)")
+_JOEYNMT_DECODE = re.compile(r"Generation took ([\d.]+)\[sec\]")
+
+
+def train_points(toolkit: str, text: str) -> list[tuple[int, float]]:
+    """(update step, target tokens/s of the interval ending there), in log order.
+
+    For ours `text` is metrics.jsonl; for the peers, their training log.
+    """
+    if toolkit == OURS:
+        records = (json.loads(line) for line in text.splitlines() if line.strip())
+        return [(r["step"], float(r["tokens_per_s"])) for r in records if "tokens_per_s" in r]
+    return [(int(m.group(1)), float(m.group(2))) for m in _TRAIN[toolkit].finditer(text)]
+
+
+def steady_rate(points: list[tuple[int, float]], warmup: int, window: int) -> tuple[float | None, int]:
+    """Mean rate of the intervals ending in (warmup, warmup + window], and the last step it covers.
+
+    All intervals are `log every` updates long, so the mean of their rates weighs them equally. A run
+    that stopped inside the window (wall-clock budget) is averaged over what it reached; (None, 0) when it
+    did not get past the warm-up.
+    """
+    inside = [(step, rate) for step, rate in points if warmup < step <= warmup + window]
+    if not inside:
+        return None, 0
+    return fmean(rate for _, rate in inside), max(step for step, _ in inside)
+
+
+def last_step(points: list[tuple[int, float]]) -> int:
+    return max((step for step, _ in points), default=0)
+
+
+def parameters(toolkit: str, text: str) -> int | None:
+    """The parameter count the toolkit logs when it builds its model."""
+    match = _PARAMS[toolkit].search(text)
+    return int(match.group(1).replace(",", "")) if match else None
+
+
+def decode_seconds(toolkit: str, text: str, sentences: int) -> float | None:
+    """Seconds spent decoding `sentences` sentences, as the toolkit's log reports it."""
+    if toolkit == OURS:
+        match = _OURS_DECODE.search(text)
+        return float(match.group(1)) if match else None
+    if toolkit == OPENNMT:
+        match = _OPENNMT_AVERAGE_MS.search(text)
+        if match:
+            return float(match.group(1)) * sentences / 1000
+        match = _OPENNMT_TOTAL_S.search(text)
+        return float(match.group(1)) if match else None
+    match = _JOEYNMT_DECODE.search(text)
+    return float(match.group(1)) if match else None
+
+
+def ours_decoded_tokens(text: str) -> int | None:
+    """Target tokens our decoder generated (EOS excluded), from its report line."""
+    match = _OURS_DECODE.search(text)
+    return int(match.group(3)) if match else None
+
+
+_VOCAB_TRAINED = re.compile(r"^vocabulary .*\(([\d.]+) s\)$", re.M)
+_VOCAB_ENCODED = re.compile(r"^cache .*\(([\d.]+) s\)$", re.M)
+
+
+def vocab_seconds(text: str) -> tuple[float | None, float | None]:
+    """(sentencepiece training, encoding into the token cache) seconds from `seq2seq vocab`'s output."""
+    trained, encoded = _VOCAB_TRAINED.search(text), _VOCAB_ENCODED.search(text)
+    return (float(trained.group(1)) if trained else None, float(encoded.group(1)) if encoded else None)

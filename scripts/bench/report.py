@@ -1,0 +1,239 @@
+"""Medians over the repetitions, ratios ours/peer, the targets of issue 8, and the markdown / JSON files.
+
+The JSON file next to docs/PERFORMANCE.md keeps one result per device and corpus ("cpu synthetic",
+"cuda en-fr", ...): a GPU run or a run on another corpus adds its section and leaves the others alone, and
+the markdown is always regenerated from the whole file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from seq2seq_attn.io import write_json, write_text
+
+# (key, label, decimals) of every per-run figure, in table order
+FIGURES = [
+    ("params", "parameters", 0),
+    ("train_tokens_per_s", "training: target tokens/s (steady state)", 0),
+    ("train_steps", "training: updates in the budget", 0),
+    ("train_peak_rss_mb", "training: peak RSS (MiB)", 0),
+    ("train_cuda_peak_mb", "training: peak GPU memory (MiB)", 0),
+    ("beam_sentences_per_s", "beam search: sentences/s", 1),
+    ("beam_tokens_per_s", "beam search: target tokens/s", 0),
+    ("greedy_sentences_per_s", "greedy: sentences/s", 1),
+    ("greedy_tokens_per_s", "greedy: target tokens/s", 0),
+    ("decode_peak_rss_mb", "beam search: peak RSS (MiB)", 0),
+    ("decode_cuda_peak_mb", "beam search: peak GPU memory (MiB)", 0),
+    ("bleu_beam", "BLEU, beam search, after the budget", 2),
+    ("bleu_greedy", "BLEU, greedy, after the budget", 2),
+]
+# ours alone: data preparation and the cost of attention
+OURS_FIGURES = [
+    ("prepare_s", "data prepare (s)", 1),
+    ("vocab_s", "sentencepiece training (s)", 1),
+    ("encode_s", "encoding into the token cache (s)", 1),
+    ("prep_total_s", "prepare + vocabulary + encoding, wall (s)", 1),
+    ("prep_peak_rss_mb", "peak RSS of those steps (MiB)", 0),
+    ("noattn_tokens_per_s", "no-attention model: training target tokens/s", 0),
+]
+# issue 8's targets: the factor ours/faster peer required on each device
+TARGETS = {"cpu": {"train": 1.5, "beam": 2.0}, "cuda": {"train": 2.0, "beam": 3.0}}
+
+
+def medians(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, float | None]:
+    """The median of each figure over the runs that produced it (None when none did)."""
+    out: dict[str, float | None] = {}
+    for key in keys:
+        values = [run[key] for run in runs if run.get(key) is not None]
+        out[key] = median(values) if values else None
+    return out
+
+
+def ratio(ours: float | None, peer: float | None) -> float | None:
+    return ours / peer if ours is not None and peer else None
+
+
+def summarise(result: dict[str, Any]) -> dict[str, Any]:
+    """Add medians, ratios ours/peer and the targets to a result (in place) and return it."""
+    keys = [key for key, _, _ in FIGURES]
+    for toolkit in result["toolkits"].values():
+        toolkit["median"] = medians(toolkit["runs"], keys)
+    ours = result["toolkits"].get("ours", {}).get("median", {})
+    peers = {key: t for key, t in result["toolkits"].items() if key != "ours"}
+    result["ratios"] = {
+        key: {figure: ratio(ours.get(figure), peer["median"][figure]) for figure in keys}
+        for key, peer in peers.items()
+    }
+    extra = result.get("ours_extra", [])
+    result["ours_median"] = medians(extra, [key for key, _, _ in OURS_FIGURES])
+    result["targets"] = targets(result)
+    return result
+
+
+def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of issue 8 on this device: what it asks, the ratio measured, whether it is met."""
+    factors = TARGETS.get(result["machine"]["device"], TARGETS["cpu"])
+    ours = result["toolkits"].get("ours", {}).get("median", {})
+    peers = [t["median"] for key, t in result["toolkits"].items() if key != "ours" and t["runs"]]
+
+    def versus_best_peer(figure: str) -> float | None:
+        values = [peer[figure] for peer in peers if peer.get(figure) is not None]
+        return ratio(ours.get(figure), max(values)) if values else None
+
+    noattn = result.get("ours_median", {}).get("noattn_tokens_per_s")
+    rows = [
+        (
+            "training target tokens/s vs the faster peer",
+            versus_best_peer("train_tokens_per_s"),
+            factors["train"],
+        ),
+        (
+            "beam-search sentences/s vs the faster peer",
+            versus_best_peer("beam_sentences_per_s"),
+            factors["beam"],
+        ),
+        ("BLEU after the same budget vs the best peer", versus_best_peer("bleu_beam"), 1.0),
+        ("attention / no-attention training tokens/s", ratio(ours.get("train_tokens_per_s"), noattn), 0.5),
+    ]
+    return [
+        {
+            "target": name,
+            "measured": value,
+            "required": required,
+            "met": None if value is None else value >= required,
+        }
+        for name, value, required in rows
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# files
+
+
+def save(result: dict[str, Any], doc: Path) -> Path:
+    """Store `result` in the JSON next to `doc` (by device and corpus), regenerate `doc`; returns the JSON."""
+    path = doc.with_suffix(".json")
+    results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    results[f"{result['machine']['device']} {result['corpus']['id']}"] = result
+    write_json(path, results)
+    write_text(doc, markdown(results))
+    return path
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> str:
+    """The whole report: one section per device and corpus, CPU first."""
+    lines = [
+        "# Performance: seq2seq-attn side by side with JoeyNMT and OpenNMT-py",
+        "",
+        "Generated by `scripts/bench.py` (`make bench`): do not edit by hand, rerun it. The figures of every",
+        "run are in the JSON file next to this one; the logs of every stage in the output folder.",
+    ]
+    for key in sorted(results, key=lambda k: (not k.startswith("cpu"), k)):
+        lines += ["", *section(results[key])]
+    return "\n".join(lines) + "\n"
+
+
+def section(result: dict[str, Any]) -> list[str]:
+    """One device: how it was run, the side-by-side table, the targets, ours alone, problems, method."""
+    m = result["machine"]
+    where = f"GPU: {m['gpu']}" if m["device"] == "cuda" else f"CPU: {m['cpu']}, {m['cores']} cores"
+    title = f"{where}; corpus {result['corpus']['id']}"
+    lines = [f"## {title}", "", f"    {result['command']}", "", *_context(result), ""]
+    lines += _side_by_side(result["toolkits"], result["ratios"])
+    lines += ["", "Ratios above 1 favour ours for speed and BLEU; for memory, below 1 does.", ""]
+    lines += ["| target (issue 8) | measured | required | met |", "|---|---:|---:|---|"]
+    for t in result["targets"]:
+        met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        lines.append(f"| {t['target']} | {_ratio(t['measured'])} | {t['required']:g}× | {met} |")
+    ours = result["ours_median"]
+    if any(value is not None for value in ours.values()):
+        lines += ["", "| ours alone | median |", "|---|---:|"]
+        lines += [
+            f"| {label} | {_number(ours[key], d)} |"
+            for key, label, d in OURS_FIGURES
+            if ours[key] is not None
+        ]
+    problems = [
+        f"- {t['label']} skipped: {t['skipped']}" for t in result["toolkits"].values() if t.get("skipped")
+    ]
+    for t in result["toolkits"].values():
+        problems += [
+            f"- {t['label']}, repetition {r['rep'] + 1}: {r['error']}" for r in t["runs"] if r.get("error")
+        ]
+    if problems:
+        lines += ["", "Problems:", "", *problems]
+    return [*lines, "", *METHOD]
+
+
+def _context(result: dict[str, Any]) -> list[str]:
+    m, s, corpus = result["machine"], result["settings"], result["corpus"]
+    gpu = f", {m['gpu']} (CUDA {m['cuda']})" if "gpu" in m else ""
+    pairs = ", ".join(f"{n:,} {split}" for split, n in corpus["pairs"].items())
+    stop = f" or {s['max_steps']} updates, whichever comes first" if s["max_steps"] else ""
+    repetitions = f"{s['reps']} repetition{'s' if s['reps'] != 1 else ''}"
+    return [
+        f"- machine: {m['cpu']}, {m['cores']} cores{gpu}; {m['os']}; Python {m['python']}; "
+        f"torch {m['torch']} ({m['torch_threads']} threads); {m['date']}",
+        "- toolkits: " + "; ".join(_version(t) for t in result["toolkits"].values()),
+        f"- corpus: {corpus['name']}: {pairs} pairs",
+        f"- {repetitions}, toolkits alternating, medians shown",
+        f"- training: {s['budget_min']:g} min of wall clock from process start{stop}; batch {s['batch']} "
+        f"sentences; pairs up to {s['max_len']} pieces; steady state = mean over updates {s['warmup']}-"
+        f"{s['warmup'] + s['steps']} (intervals of {s['log_every']})",
+        f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; outputs up to "
+        f"{s['max_output']} pieces",
+    ]
+
+
+def _side_by_side(toolkits: dict[str, Any], ratios: dict[str, Any]) -> list[str]:
+    peers = [key for key in toolkits if key != "ours"]
+    header = [
+        "",
+        *(t["label"] for t in toolkits.values()),
+        *(f"ours / {toolkits[p]['label']}" for p in peers),
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+    for key, label, decimals in FIGURES:
+        values = [t.get("median", {}).get(key) for t in toolkits.values()]
+        if all(value is None for value in values):
+            continue  # e.g. GPU memory on a CPU run
+        cells = [label, *(_number(v, decimals) for v in values), *(_ratio(ratios[p][key]) for p in peers)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+METHOD = """How it is measured:
+
+- Same tokens for all: our sentencepiece models cut the prepared corpus into pieces once; the peers read those
+  pieces as words and their output is joined back into text with the same models. BLEU: sacrebleu (13a) on
+  detokenised text against the untouched references, for all three.
+- Matched models: 1-layer bidirectional GRU encoder, 1-layer GRU decoder with attention, embeddings 128,
+  hidden 256, Adam 1e-3, clip 5. The toolkits count sizes differently (OpenNMT-py's `brnn` splits 256 into
+  128 + 128): compare the parameter counts.
+- Training throughput: target tokens/s (padding excluded, EOS included) as each toolkit logs it per interval.
+- Wall-clock budget: each toolkit's training process gets SIGINT the same number of seconds after it started;
+  ours and JoeyNMT save a checkpoint then, OpenNMT-py does not, so it saves one every interval and loses at
+  most one interval. That last checkpoint is decoded and scored.
+- Decoding: the whole test set, timed by each toolkit around its search (start-up and model loading
+  excluded): OpenNMT-py's translation time, JoeyNMT's generation time, ours around the translate pipeline
+  (`scripts/bench/ours_decode.py`). The peers decode `batch` sentences per batch; ours batches by source
+  tokens, `batch` times the mean test source length. Target tokens are the generated pieces.
+- Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
+- Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the
+  no-attention model (`--baseline` config) trained over the same window of updates.""".splitlines()
+
+
+def _version(toolkit: dict[str, Any]) -> str:
+    parts = [f"{key} {value}" for key, value in (toolkit.get("version") or {}).items() if value]
+    return toolkit["label"] + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _number(value: float | None, decimals: int) -> str:
+    return "–" if value is None else f"{value:,.{decimals}f}"
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"

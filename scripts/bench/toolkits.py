@@ -1,0 +1,347 @@
+"""Ours, JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 behind one interface: set up, train, decode, read the output.
+
+Same data for all: our prepared `<data>/{train,valid,test}.{src,tgt}` are cut into our sentencepiece pieces
+once, and the peers get those pieces as whitespace-separated words (`<peer data>/{train,dev,test}.{src,tgt}`),
+so all three learn and generate exactly the same tokens. The peers' output (pieces) is turned back into text
+with our target sentencepiece model before BLEU, which is then computed by sacrebleu on detokenised text
+against the same references for all three.
+
+Each peer lives in its own virtual environment under the cache folder, installed once from PyPI with the
+recipes of ../shared/peers/README.md and the same torch version as ours; a peer that cannot be installed is
+skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import sentencepiece as spm
+
+import seq2seq_attn
+from seq2seq_attn.io import read_lines, write_text
+from seq2seq_attn.vocab import Vocab
+
+from . import logs
+from .measure import Job, Measured, launched, package_version, run_job
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "peers"
+OURS_DECODE = HERE / "ours_decode.py"
+NEVER = 10**9  # a step count no run reaches: the budget (SIGINT) or --max-steps ends training
+PEER_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours -> the peers' file names
+
+
+class Skip(Exception):
+    """A toolkit that cannot run here; the message says why and ends up in the report."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every toolkit gets the same value of."""
+
+    device: str  # cpu | cuda
+    batch: int  # sentences per training batch; per decoding batch for the peers
+    beam: int
+    max_len: int  # training pairs with more pieces than this on either side are skipped
+    max_output: int  # generated pieces at most
+    alpha: float  # GNMT length-penalty exponent: score = log p / ((5 + length) / 6) ** alpha
+    log_every: int  # updates per throughput interval
+    max_steps: int  # 0: only the wall-clock budget ends training
+    budget_s: float  # wall-clock training budget from process start, enforced by SIGINT
+
+
+@dataclass
+class Output:
+    """A decoded test set: detokenised lines and the number of target pieces generated (EOS excluded)."""
+
+    texts: list[str]
+    tokens: int
+    seconds: float | None  # decoding time from the toolkit's own log
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the shared data
+
+
+class Pieces:
+    """Our sentencepiece models, used to hand the peers our tokens and to detokenise what they generate."""
+
+    def __init__(self, vocab_dir: Path) -> None:
+        self.vocab = Vocab.load(vocab_dir, threads=1)
+        self.src = spm.SentencePieceProcessor(model_file=str(self.vocab.model_files[0]))
+        self.tgt = spm.SentencePieceProcessor(model_file=str(self.vocab.model_files[-1]))
+
+    def encode(self, side: str, lines: list[str]) -> list[str]:
+        """Each line as the pieces our model is trained on, joined by spaces."""
+        ids = self.vocab.encode_src(lines) if side == "src" else self.vocab.encode_tgt(lines)
+        processor = self.src if side == "src" else self.tgt
+        return [" ".join(processor.id_to_piece(seq)) if seq else "" for seq in ids]
+
+    def decode(self, line: str) -> str:
+        """A line of generated target pieces back to text, as our own translate would write it."""
+        return self.vocab.decode_tgt([self.tgt.piece_to_id(piece) for piece in line.split()])
+
+
+def export_pieces(data_dir: Path, pieces: Pieces, peer_dir: Path) -> None:
+    """Write `<peer_dir>/{train,dev,test}.{src,tgt}`: our prepared splits as space-separated pieces."""
+    peer_dir.mkdir(parents=True, exist_ok=True)
+    for split, name in PEER_SPLITS.items():
+        for side in ("src", "tgt"):
+            lines = list(read_lines(data_dir / f"{split}.{side}"))
+            write_text(
+                peer_dir / f"{name}.{side}", "".join(f"{line}\n" for line in pieces.encode(side, lines))
+            )
+
+
+def mean_source_tokens(peer_dir: Path) -> float:
+    """Mean test source length in pieces, EOS included: turns 'batch sentences' into our token budget."""
+    return statistics.fmean(len(line.split()) + 1 for line in read_lines(peer_dir / "test.src"))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the toolkits
+
+
+class Toolkit:
+    """One toolkit; a run lives in `folder` (logs, outputs) with the toolkit's model files in folder/model."""
+
+    key = ""
+    label = ""
+
+    def setup(self, install: bool) -> None:
+        """One-off work before the first run (install, vocabulary); raises Skip when it cannot run."""
+
+    def version(self) -> dict[str, str]:
+        return {}
+
+    def train_job(self, folder: Path) -> Job:
+        raise NotImplementedError
+
+    def train_points(self, folder: Path, measured: Measured) -> list[tuple[int, float]]:
+        return logs.train_points(self.key, measured.text())
+
+    def parameters(self, measured: Measured) -> int | None:
+        return logs.parameters(self.key, measured.text())
+
+    def checkpoint(self, folder: Path) -> Path | None:
+        """The model to decode with after training (the last one written), or None."""
+        raise NotImplementedError
+
+    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+        raise NotImplementedError
+
+    def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
+        raise NotImplementedError
+
+
+class Ours(Toolkit):
+    """`seq2seq train` on a config with the benchmark's overrides; decoding by ours_decode.py."""
+
+    key, label = logs.OURS, "ours"
+
+    def __init__(
+        self, config: Path, overrides: list[str], settings: Settings, data_dir: Path, peer_dir: Path
+    ):
+        self.config, self.overrides, self.settings = config, overrides, settings
+        self.test_src = data_dir / "test.src"
+        # the peers decode `batch` sentences per batch; ours counts source tokens: the same on average
+        self.batch_tokens = max(1, round(settings.batch * mean_source_tokens(peer_dir)))
+
+    def train_job(self, folder: Path) -> Job:
+        sets = _sets([*self.overrides, f"train.run_dir={folder / 'model'}"])
+        argv = launched(sys.executable, ["-m", "seq2seq_attn", "train", str(self.config), *sets])
+        return Job(argv, folder / "train.log", interrupt_after=self.settings.budget_s)
+
+    def version(self) -> dict[str, str]:
+        import torch
+
+        return {"version": seq2seq_attn.__version__, "torch": torch.__version__}
+
+    def train_points(self, folder: Path, measured: Measured) -> list[tuple[int, float]]:
+        metrics = folder / "model" / "metrics.jsonl"
+        return logs.train_points(self.key, metrics.read_text(encoding="utf-8")) if metrics.is_file() else []
+
+    def checkpoint(self, folder: Path) -> Path | None:
+        latest = folder / "model" / "checkpoints" / "latest.pt"
+        return latest if latest.is_file() else None
+
+    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+        s = self.settings
+        options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
+        options |= {"--beam": beam, "--batch-tokens": self.batch_tokens, "--max-output": s.max_output}
+        options |= {"--alpha": s.alpha, "--device": s.device}
+        return Job(launched(sys.executable, [str(OURS_DECODE), *_flat(options)]), hyp.with_suffix(".log"))
+
+    def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
+        text = measured.text()
+        tokens = logs.ours_decoded_tokens(text)
+        return Output(list(read_lines(hyp)), tokens or 0, logs.decode_seconds(self.key, text, sentences))
+
+
+class Peer(Toolkit):
+    """A toolkit installed from PyPI into `<cache>/venvs/<key>`, fed our pieces from `peer_dir`."""
+
+    template = ""
+    module = ""  # the distribution whose version is reported
+    requirements: list[list[str]] = []  # pip install steps, in order
+
+    def __init__(self, cache: Path, peer_dir: Path, pieces: Pieces, settings: Settings, torch: str) -> None:
+        self.venv = cache / "venvs" / self.key
+        self.python = self.venv / "bin" / "python"
+        self.peer_dir, self.pieces, self.settings, self.torch = peer_dir, pieces, settings, torch
+
+    def setup(self, install: bool) -> None:
+        steps = [[f"torch=={self.torch}"], *self.requirements]
+        stamp = self.venv / ".bench-installed"
+        if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == steps:
+            return
+        if not install:
+            raise Skip(f"not installed in {self.venv} and --no-install given")
+        cache = self.venv.parent.parent
+        cache.mkdir(parents=True, exist_ok=True)
+        write_text(cache / ".gitignore", "*\n")  # a cache folder inside a checkout ignores itself
+        log = self.venv.with_suffix(".install.log")
+        commands = [[sys.executable, "-m", "venv", "--clear", str(self.venv)]]
+        commands += [[str(self.python), "-m", "pip", "install", *step] for step in steps]
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "w", encoding="utf-8") as handle:
+            for command in commands:
+                handle.write("+ " + " ".join(command) + "\n")
+                handle.flush()
+                if subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, check=False).returncode:
+                    raise Skip(f"could not install {self.label} (no package access?), see {log}")
+        write_text(stamp, json.dumps(steps))
+
+    def version(self) -> dict[str, str]:
+        return {
+            "version": package_version(self.python, self.module),
+            "torch": package_version(self.python, "torch"),
+        }
+
+    def render(self, path: Path, values: dict[str, object]) -> Path:
+        """The peer's config template with every @KEY@ replaced (and none left), written to `path`."""
+        s = self.settings
+        common = {
+            "DATA": self.peer_dir,
+            "BATCH": s.batch,
+            "MAX_LEN": s.max_len,
+            "LOG_EVERY": s.log_every,
+            "STEPS": s.max_steps or NEVER,
+            "VALIDATE_EVERY": s.log_every * NEVER,  # no validation inside the budget
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, fill(TEMPLATES / self.template, {**common, **values}))
+        return path
+
+    def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
+        lines = list(read_lines(hyp))
+        tokens = sum(len(line.split()) for line in lines)
+        seconds = logs.decode_seconds(self.key, measured.text(), sentences)
+        return Output([self.pieces.decode(line) for line in lines], tokens, seconds)
+
+
+class JoeyNMT(Peer):
+    key, label, module, template = logs.JOEYNMT, "JoeyNMT 2.3.0", "joeynmt", "joeynmt.yaml"
+    requirements = [["joeynmt==2.3.0", "importlib_metadata"]]  # the latter is an undeclared dependency
+
+    def config(self, folder: Path, name: str, beam: int) -> Path:
+        s = self.settings
+        values = {"RUN": folder / "model", "CUDA": s.device == "cuda", "BEAM": beam}
+        values |= {"ALPHA": s.alpha, "MAX_OUTPUT": s.max_output}
+        return self.render(folder / f"joeynmt.{name}.yaml", values)
+
+    def train_job(self, folder: Path) -> Job:
+        config = self.config(folder, "train", self.settings.beam)
+        argv = launched(self.python, ["-m", "joeynmt", "train", str(config), "--skip-test"])
+        return Job(argv, folder / "train.log", interrupt_after=self.settings.budget_s)
+
+    def checkpoint(self, folder: Path) -> Path | None:
+        latest = folder / "model" / "latest.ckpt"  # a link to the checkpoint saved at the end or interrupt
+        return latest if latest.is_file() else None
+
+    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+        # `translate -o` crashes in 2.3.0: it reads stdin and prints the translations
+        config = self.config(folder, f"beam{beam}", beam)
+        argv = launched(self.python, ["-m", "joeynmt", "translate", str(config)])
+        return Job(argv, hyp.with_suffix(".log"), stdin=self.peer_dir / "test.src", stdout=hyp)
+
+
+class OpenNMT(Peer):
+    key, label, module, template = logs.OPENNMT, "OpenNMT-py 3.5.1", "OpenNMT-py", "opennmt.yaml"
+    requirements = [
+        ["--no-deps", "OpenNMT-py==3.5.1"],  # its metadata pins torch<2.3
+        ["configargparse", "pyyaml", "sacrebleu", "rapidfuzz", "six", "numpy", "pyonmttok>=1.37,<2"],
+        ["pyahocorasick", "fasttext-wheel", "spacy", "ctranslate2>=4,<5", "tensorboard", "flask", "waitress"],
+    ]
+    env = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
+
+    def setup(self, install: bool) -> None:
+        super().setup(install)
+        vocab = self.vocab_dir
+        config = self.config(vocab, "vocab")
+        argv = launched(
+            self.python, ["-m", "onmt.bin.build_vocab", "-config", str(config), "-n_sample", "-1"]
+        )
+        measured = run_job(Job(argv, vocab / "build_vocab.log", env=self.env))
+        if measured.returncode:
+            raise Skip(f"onmt_build_vocab failed (exit {measured.returncode}), see {measured.log}")
+
+    @property
+    def vocab_dir(self) -> Path:
+        return self.peer_dir.parent / "opennmt-vocab"
+
+    def config(self, folder: Path, name: str) -> Path:
+        cuda = self.settings.device == "cuda"
+        values = {"RUN": folder / "model", "VOCAB": self.vocab_dir, "SAVE_EVERY": self.settings.log_every}
+        values |= {"TGT_SEQ_LENGTH": self.settings.max_len + 2, "GPU_RANKS": [0] if cuda else []}
+        values |= {"DTYPE": "fp16" if cuda else "fp32"}
+        return self.render(folder / f"opennmt.{name}.yaml", values)
+
+    def train_job(self, folder: Path) -> Job:
+        argv = launched(self.python, ["-m", "onmt.bin.train", "-config", str(self.config(folder, "train"))])
+        return Job(argv, folder / "train.log", env=self.env, interrupt_after=self.settings.budget_s)
+
+    def checkpoint(self, folder: Path) -> Path | None:
+        """The newest complete `gru_step_N.pt` (an interrupt can cut the one being written)."""
+        saved = sorted((folder / "model").glob("gru_step_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+        complete = [path for path in saved if zipfile.is_zipfile(path)]
+        return complete[-1] if complete else None
+
+    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+        s = self.settings
+        options = {"-model": self.checkpoint(folder), "-src": self.peer_dir / "test.src", "-output": hyp}
+        options |= {"-beam_size": beam, "-batch_size": s.batch, "-batch_type": "sents"}
+        options |= {"-max_length": s.max_output, "-min_length": 0, "-length_penalty": "wu", "-alpha": s.alpha}
+        options |= {"-gpu": 0} if s.device == "cuda" else {}
+        target = ["-m", "onmt.bin.translate", *_flat(options), "-report_time"]
+        return Job(launched(self.python, target), hyp.with_suffix(".log"), env=self.env)
+
+
+PEERS: dict[str, type[Peer]] = {JoeyNMT.key: JoeyNMT, OpenNMT.key: OpenNMT}
+
+
+def fill(template: Path, values: dict[str, object]) -> str:
+    """`template` with each @KEY@ replaced by str(values[KEY]); a placeholder without a value is an error."""
+    text = template.read_text(encoding="utf-8")
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", str(value))
+    left = sorted(set(re.findall(r"@([A-Z_]+)@", text)))
+    if left:
+        raise ValueError(f"{template}: no value for {', '.join(left)}")
+    return text
+
+
+def _flat(options: dict[str, object]) -> list[str]:
+    """{"--beam": 5, ...} -> ["--beam", "5", ...]"""
+    return [str(part) for pair in options.items() for part in pair]
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [part for item in overrides for part in ("--set", item)]

@@ -1,0 +1,391 @@
+"""The benchmark harness (scripts/bench.py, scripts/bench/): logs, statistics, reports, processes, data.
+
+The peers themselves are not run here (they need their own virtual environments and minutes); their log
+formats are checked on excerpts of real log lines. Our side runs end to end on a tiny corpus (slow mark).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench import logs, report  # noqa: E402
+from bench.measure import Job, launched, run_job  # noqa: E402
+from bench.toolkits import JoeyNMT, OpenNMT, Pieces, Settings, export_pieces, fill  # noqa: E402
+from conftest import TINY_MODEL, tiny_config, write_corpus  # noqa: E402
+
+from seq2seq_attn.vocab import build_vocab  # noqa: E402
+
+OPENNMT_LOG = """\
+[2026-11-21 10:00:00,001 INFO] * number of parameters: 1151308
+[2026-11-21 10:00:09,120 INFO] Step  25/  300; acc: 3.1; ppl: 812.3; xent: 6.7; lr: 0.00100; \
+sents:    1600; bsz: 1234/1456/64; 2345/5432 tok/s;     16 sec;
+[2026-11-21 10:00:18,410 INFO] Step 50/1000000000; acc: 5.0; ppl: 401.0; xent: 6.0; lr: 0.00100; \
+sents:    1600; bsz: 1230/1450/64; 2400/ 5500.5 tok/s;     31 sec;
+[2026-11-21 10:00:27,700 INFO] Saving checkpoint /x/model/gru_step_50.pt
+"""
+JOEYNMT_LOG = """\
+2026-11-21 10:00:00,001 - INFO - joeynmt.model - Total params: 1873412
+2026-11-21 10:00:40,000 - INFO - joeynmt.training - Epoch   1, Step:       25, Batch Loss:   123.456789, \
+Batch Acc: 0.012345, Tokens per Sec:     1603, Lr: 0.001000
+2026-11-21 10:01:20,000 - INFO - joeynmt.training - Epoch   1, Step:       50, Batch Loss:   100.000000, \
+Batch Acc: 0.020000, Tokens per Sec:     1650, Lr: 0.001000
+"""
+OURS_METRICS = "\n".join(
+    json.dumps(record)
+    for record in [
+        {"step": 25, "time": 3.1, "loss": 6.1, "tokens_per_s": 9000.5, "padding": 0.1},
+        {"step": 50, "time": 6.0, "loss": 5.2, "tokens_per_s": 9100.0, "padding": 0.1},
+        {"step": 50, "time": 7.0, "valid_loss": 5.0},
+    ]
+)
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "text", "points"),
+    [
+        (logs.OPENNMT, OPENNMT_LOG, [(25, 5432.0), (50, 5500.5)]),
+        (logs.JOEYNMT, JOEYNMT_LOG, [(25, 1603.0), (50, 1650.0)]),
+        (logs.OURS, OURS_METRICS, [(25, 9000.5), (50, 9100.0)]),
+    ],
+)
+def test_training_throughput_points_come_from_each_toolkits_log(toolkit, text, points):
+    assert logs.train_points(toolkit, text) == points
+    assert logs.last_step(points) == 50
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "text", "count"),
+    [
+        (logs.OPENNMT, OPENNMT_LOG, 1151308),
+        (logs.JOEYNMT, JOEYNMT_LOG, 1873412),
+        (logs.OURS, "training runs/x at step 0 on cpu (2,345,678 parameters, 313 batches/epoch)", 2345678),
+        (logs.OURS, "no model was built", None),
+    ],
+)
+def test_parameter_counts(toolkit, text, count):
+    assert logs.parameters(toolkit, text) == count
+
+
+def test_steady_rate_averages_the_window_after_the_warmup():
+    points = [(25, 100.0), (50, 200.0), (75, 300.0), (100, 400.0), (125, 1000.0)]
+    assert logs.steady_rate(points, warmup=25, window=75) == (300.0, 100)
+    assert logs.steady_rate(points, warmup=100, window=500) == (1000.0, 125)  # cut short by the budget
+    assert logs.steady_rate(points, warmup=125, window=50) == (None, 0)  # never past the warm-up
+
+
+@pytest.mark.parametrize(
+    ("toolkit", "text", "seconds"),
+    [
+        (
+            logs.OPENNMT,
+            "Total translation time (s): 12.3\nAverage translation time (ms): 12.5\nTokens per second: 20.1",
+            12.5,
+        ),
+        (logs.OPENNMT, "Total translation time (s): 12.3", 12.3),
+        (logs.JOEYNMT, "2026-11-21 - INFO - joeynmt.prediction - Generation took 3.2500[sec].", 3.25),
+        (logs.OURS, "Decoding took 1.5000 s for 1000 sentences and 21000 target tokens", 1.5),
+        (logs.JOEYNMT, "Traceback (most recent call last):", None),
+    ],
+)
+def test_decoding_time_from_each_toolkits_log(toolkit, text, seconds):
+    found = logs.decode_seconds(toolkit, text, sentences=1000)
+    assert found == (None if seconds is None else pytest.approx(seconds))
+
+
+def test_our_decoded_tokens_and_vocabulary_timings():
+    assert (
+        logs.ours_decoded_tokens("Decoding took 1.5000 s for 1000 sentences and 21000 target tokens") == 21000
+    )
+    vocab_output = (
+        "vocabulary  data/x/vocab  bpe, separate: src 4000 / tgt 4000 pieces  (12.5 s)\n"
+        "cache       6 of 6 files encoded  (3.0 s)\nfile  sentences ...\n"
+    )
+    assert logs.vocab_seconds(vocab_output) == (12.5, 3.0)
+    assert logs.vocab_seconds("") == (None, None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# statistics and reports
+
+
+def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
+    def runs(values: list[dict]) -> list[dict]:
+        return [{"rep": rep, **value} for rep, value in enumerate(values)]
+
+    return {
+        "command": "python scripts/bench.py --reps 3",
+        "machine": {
+            "cpu": "AMD EPYC",
+            "cores": 2,
+            "torch": "2.13.0",
+            "torch_threads": 2,
+            "python": "3.11.7",
+            "os": "Linux",
+            "date": "2026-11-21T10:00:00+00:00",
+            "device": device,
+            **({"gpu": "NVIDIA H200", "cuda": "12.8"} if device == "cuda" else {}),
+        },
+        "settings": {
+            "reps": 3,
+            "budget_min": 5.0,
+            "max_steps": 0,
+            "warmup": 25,
+            "steps": 100,
+            "log_every": 25,
+            "batch": 64,
+            "beam": 5,
+            "alpha": 0.6,
+            "max_len": 100,
+            "max_output": 100,
+        },
+        "corpus": {"id": corpus, "name": corpus, "pairs": {"train": 20000, "valid": 500, "test": 1000}},
+        "toolkits": {
+            "ours": {
+                "label": "ours",
+                "version": {"version": "0.1.0"},
+                "runs": runs(
+                    [
+                        {"train_tokens_per_s": 9000.0, "beam_sentences_per_s": 100.0, "bleu_beam": 30.0},
+                        {"train_tokens_per_s": 8000.0, "beam_sentences_per_s": 120.0, "bleu_beam": 32.0},
+                        {"train_tokens_per_s": 10000.0, "beam_sentences_per_s": 90.0, "bleu_beam": 31.0},
+                    ]
+                ),
+            },
+            "joeynmt": {
+                "label": "JoeyNMT 2.3.0",
+                "version": {"version": "2.3.0"},
+                "runs": runs(
+                    [
+                        {"train_tokens_per_s": 1500.0, "beam_sentences_per_s": 60.0, "bleu_beam": 20.0},
+                        {"train_tokens_per_s": 1700.0, "error": "beam decoding failed (exit 1), see x.log"},
+                    ]
+                ),
+            },
+            "opennmt": {"label": "OpenNMT-py 3.5.1", "skipped": "could not install", "runs": []},
+        },
+        "ours_extra": runs([{"prepare_s": 2.0, "noattn_tokens_per_s": 20000.0}, {"prepare_s": 4.0}]),
+    }
+
+
+def test_medians_ratios_and_targets():
+    result = report.summarise(_result())
+    ours, joey = result["toolkits"]["ours"]["median"], result["toolkits"]["joeynmt"]["median"]
+    assert ours["train_tokens_per_s"] == 9000.0 and ours["beam_sentences_per_s"] == 100.0
+    assert joey["train_tokens_per_s"] == 1600.0  # median of two
+    assert joey["beam_sentences_per_s"] == 60.0  # the failed run produced none
+    assert joey["params"] is None
+    assert result["ratios"]["joeynmt"]["train_tokens_per_s"] == pytest.approx(9000 / 1600)
+    assert result["ratios"]["opennmt"]["train_tokens_per_s"] is None  # skipped peer
+    assert result["ours_median"]["prepare_s"] == 3.0
+    verdicts = {
+        t["target"]: (pytest.approx(t["measured"]), t["required"], t["met"]) for t in result["targets"]
+    }
+    assert verdicts["training target tokens/s vs the faster peer"] == (9000 / 1600, 1.5, True)
+    assert verdicts["beam-search sentences/s vs the faster peer"] == (100 / 60, 2.0, False)
+    assert verdicts["BLEU after the same budget vs the best peer"] == (31 / 20, 1.0, True)
+    assert verdicts["attention / no-attention training tokens/s"] == (9000 / 20000, 0.5, False)
+
+
+def test_gpu_targets_are_stricter_and_missing_figures_give_no_verdict():
+    result = _result("cuda")
+    result["toolkits"]["joeynmt"]["runs"] = []
+    result["ours_extra"] = []
+    targets = report.summarise(result)["targets"]
+    assert [t["required"] for t in targets] == [2.0, 3.0, 1.0, 0.5]
+    assert [t["met"] for t in targets] == [None, None, None, None]
+
+
+def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
+    doc = tmp_path / "docs" / "PERFORMANCE.md"
+    doc.parent.mkdir()
+    report.save(report.summarise(_result("cuda")), doc)
+    report.save(report.summarise(_result("cpu", "en-fr")), doc)
+    json_path = report.save(report.summarise(_result("cpu")), doc)  # replaces nothing: a new key
+    report.save(report.summarise(_result("cpu")), doc)  # the same device and corpus: replaced
+    assert json_path == doc.with_suffix(".json")
+    saved = json.loads(json_path.read_text(encoding="utf-8"))
+    assert sorted(saved) == ["cpu en-fr", "cpu synthetic", "cuda synthetic"]
+    assert saved["cpu synthetic"]["ratios"]["joeynmt"]["train_tokens_per_s"] == pytest.approx(9000 / 1600)
+
+    text = doc.read_text(encoding="utf-8")
+    titles = ["## CPU: AMD EPYC, 2 cores; corpus en-fr", "## CPU: AMD EPYC, 2 cores; corpus synthetic"]
+    titles.append("## GPU: NVIDIA H200; corpus synthetic")
+    assert [text.index(title) for title in titles] == sorted(text.index(title) for title in titles)
+    header = "|  | ours | JoeyNMT 2.3.0 | OpenNMT-py 3.5.1 | ours / JoeyNMT 2.3.0 | ours / OpenNMT-py 3.5.1 |"
+    assert text.count(header) == 3
+    assert "| training: target tokens/s (steady state) | 9,000 | 1,600 | – | 5.62× | – |" in text
+    assert "| beam search: sentences/s | 100.0 | 60.0 | – | 1.67× | – |" in text
+    assert "| beam-search sentences/s vs the faster peer | 1.67× | 2× | **no** |" in text
+    assert "| beam-search sentences/s vs the faster peer | 1.67× | 3× | **no** |" in text  # the GPU section
+    assert "peak GPU memory" not in text  # no run measured it: no row
+    assert "- OpenNMT-py 3.5.1 skipped: could not install" in text
+    assert "- JoeyNMT 2.3.0, repetition 2: beam decoding failed (exit 1), see x.log" in text
+    assert "| data prepare (s) | 3.0 |" in text
+    assert "    python scripts/bench.py --reps 3" in text
+
+
+# ----------------------------------------------------------------------------------------------------------
+# processes
+
+
+def test_run_job_measures_the_child_and_feeds_it_files(tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(
+        "import sys\nblock = b'x' * (64 * 2**20)\nsys.stdout.write(sys.stdin.read().upper() + sys.argv[1])\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "in.txt").write_text("hello ", encoding="utf-8")
+    job = Job(
+        launched(sys.executable, [str(script), "world"]),
+        tmp_path / "child.log",
+        stdin=tmp_path / "in.txt",
+        stdout=tmp_path / "out.txt",
+    )
+    measured = run_job(job)
+    assert measured.returncode == 0 and not measured.interrupted
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8") == "HELLO world"
+    assert measured.peak_rss_mb >= 64
+    assert measured.cuda_peak_mb is None  # written by the launcher: torch never used CUDA
+    assert measured.text().startswith("+ ")
+
+
+def test_run_job_interrupts_at_the_budget(tmp_path):
+    code = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')\n"
+    measured = run_job(Job([sys.executable, "-c", code], tmp_path / "train.log", interrupt_after=0.5))
+    assert measured.interrupted and measured.returncode == 0
+    assert measured.seconds < 30
+    assert "saved" in measured.text()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the peers' inputs
+
+
+SETTINGS = Settings(
+    device="cpu",
+    batch=64,
+    beam=5,
+    max_len=100,
+    max_output=120,
+    alpha=0.6,
+    log_every=25,
+    max_steps=0,
+    budget_s=60,
+)
+
+
+def test_fill_replaces_every_placeholder_or_names_the_missing(tmp_path):
+    template = tmp_path / "t.yaml"
+    template.write_text("a: @A@\nb: [@B@, @A@]\nc: @C_D@\n", encoding="utf-8")
+    assert fill(template, {"A": 1, "B": "x", "C_D": True}) == "a: 1\nb: [x, 1]\nc: True\n"
+    with pytest.raises(ValueError, match="no value for B, C_D"):
+        fill(template, {"A": 1})
+
+
+@pytest.mark.parametrize("peer", [JoeyNMT, OpenNMT])
+def test_peer_configs_are_complete_and_matched(peer, tmp_path):
+    toolkit = peer(tmp_path / "cache", tmp_path / "peer-data", None, SETTINGS, "2.13.0")
+    folder = tmp_path / "rep1" / peer.key
+    if peer is JoeyNMT:
+        config = yaml.safe_load(toolkit.config(folder, "beam1", 1).read_text(encoding="utf-8"))
+        train, test, model = config["training"], config["testing"], config["model"]
+        assert (train["batch_size"], train["logging_freq"], test["beam_size"]) == (64, 25, 1)
+        assert (test["max_output_length"], test["beam_alpha"], config["data"]["src"]["max_length"]) == (
+            120,
+            0.6,
+            100,
+        )
+        assert train["validation_freq"] % train["logging_freq"] == 0 and train["validation_freq"] > 10**6
+        assert config["data"]["train"] == f"{tmp_path / 'peer-data'}/train"
+        assert test["load_model"] == f"{folder / 'model'}/latest.ckpt"
+        assert (model["encoder"]["hidden_size"], model["decoder"]["embeddings"]["embedding_dim"]) == (
+            256,
+            128,
+        )
+        assert config["use_cuda"] is False
+    else:
+        config = yaml.safe_load(toolkit.config(folder, "train").read_text(encoding="utf-8"))
+        assert (config["batch_size"], config["report_every"], config["save_checkpoint_steps"]) == (64, 25, 25)
+        assert (config["src_seq_length"], config["tgt_seq_length"]) == (100, 102)  # it counts BOS and EOS
+        assert config["data"]["corpus_1"]["path_tgt"] == f"{tmp_path / 'peer-data'}/train.tgt"
+        assert config["save_model"] == f"{folder / 'model'}/gru"
+        assert (config["hidden_size"], config["word_vec_size"], config["gpu_ranks"]) == (256, 128, [])
+
+
+def test_peers_get_our_pieces_and_their_output_detokenises_like_ours(tmp_path):
+    config = tiny_config(tmp_path)
+    write_corpus(config.data_dir, n=60)
+    vocab = build_vocab(config)
+    pieces = Pieces(config.data_dir / "vocab")
+    export_pieces(config.data_dir, pieces, tmp_path / "peer-data")
+
+    for ours, theirs in (("train", "train"), ("valid", "dev"), ("test", "test")):
+        for side in ("src", "tgt"):
+            original = (config.data_dir / f"{ours}.{side}").read_text(encoding="utf-8").splitlines()
+            exported = (tmp_path / "peer-data" / f"{theirs}.{side}").read_text(encoding="utf-8").splitlines()
+            assert len(exported) == len(original) == 60
+            ids = (vocab.encode_src if side == "src" else vocab.encode_tgt)(original)
+            assert [len(line.split()) for line in exported] == [len(seq) for seq in ids]
+    targets = (config.data_dir / "test.tgt").read_text(encoding="utf-8").splitlines()
+    generated = (tmp_path / "peer-data" / "test.tgt").read_text(encoding="utf-8").splitlines()
+    assert [pieces.decode(line) for line in generated] == [
+        vocab.decode_tgt(s) for s in vocab.encode_tgt(targets)
+    ]
+    assert [pieces.decode(line) for line in generated] == targets  # the words are all in the vocabulary
+
+
+def test_bad_toolkit_names_are_refused():
+    spec = importlib.util.spec_from_file_location("bench_script", ROOT / "scripts" / "bench.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(SystemExit) as stop:
+        script.parse_args(["--toolkits", "ours,marian"])
+    assert stop.value.code == 2
+    assert script.parse_args(["--toolkits", "ours", "--reps", "2"]).reps == 2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ours, end to end
+
+
+@pytest.mark.slow
+def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, n=120)
+    model = [f"--set=model.{key}={value}" for key, value in TINY_MODEL.items()]
+    command = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--toolkits", "ours", "--reps", "1"]
+    command += ["--corpus", str(corpus), "--src-lang", "src", "--tgt-lang", "tgt", "--budget", "2"]
+    command += ["--max-steps", "6", "--warmup", "2", "--steps", "4", "--log-every", "2", "--threads", "1"]
+    command += ["--set=vocab.size=40", "--set=vocab.threads=1", *model]
+    command += ["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "PERFORMANCE.md")]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    result = json.loads((tmp_path / "PERFORMANCE.json").read_text(encoding="utf-8"))["cpu corpus"]
+    (run,) = result["toolkits"]["ours"]["runs"]
+    assert "error" not in run, run
+    assert run["params"] > 0 and run["train_steps"] == 6 and run["train_tokens_per_s"] > 0
+    for name in ("beam", "greedy"):
+        assert run[f"{name}_sentences_per_s"] > 0 and run[f"{name}_tokens_per_s"] > 0
+        assert 0 <= run[f"bleu_{name}"] <= 100
+        assert len((tmp_path / "out" / "rep1" / "ours" / f"test.{name}.hyp").read_text().splitlines()) == 120
+    assert run["train_peak_rss_mb"] > 50 and run["decode_peak_rss_mb"] > 50
+    (extra,) = result["ours_extra"]
+    assert extra["prepare_s"] > 0 and extra["vocab_s"] is not None and extra["noattn_tokens_per_s"] > 0
+    assert not (
+        tmp_path / "out" / "rep1" / "prep-timing" / "data"
+    ).exists()  # scratch data removed, logs kept
+    assert (tmp_path / "out" / "rep1" / "prep-timing" / "vocab.log").is_file()
+    assert list(result["toolkits"]) == ["ours"]
+    text = (tmp_path / "PERFORMANCE.md").read_text(encoding="utf-8")
+    assert "| training: target tokens/s (steady state) |" in text and "|  | ours |" in text
