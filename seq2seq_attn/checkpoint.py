@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 
 from .errors import UserError
-from .io import atomic_write, fsync_dir
+from .io import TEMP_SUFFIX, atomic_write, fsync_dir
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.pt"
@@ -44,20 +45,33 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
+    if not zipfile.is_zipfile(path):  # every checkpoint we write is a torch zip archive
+        raise UserError(f"{path}: corrupt or truncated checkpoint (not a torch zip archive)")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else "unsafe content"
         raise UserError(
-            f"{path}: refused to load checkpoint: it holds more than tensors and plain data ({first[:160]})"
+            f"{path}: refused to load checkpoint: it holds more than tensors and plain data "
+            f"({_unsafe_reason(str(err))}); load only checkpoints written by seq2seq-attn"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
         raise UserError(
             f"{path}: corrupt or truncated checkpoint ({' '.join(str(err).split())[:160]})"
         ) from None
-    if not isinstance(payload, dict) or "model" not in payload:
+    if not (isinstance(payload, dict) and isinstance(payload.get("model"), dict)):
         raise UserError(f"{path}: not a seq2seq-attn checkpoint (no model weights inside)")
+    if not isinstance(payload.get("config"), dict):
+        raise UserError(f"{path}: not a seq2seq-attn checkpoint (no config inside)")
     return payload
+
+
+def _unsafe_reason(message: str) -> str:
+    """What torch's weights-only unpickler refused, from its long multi-line message."""
+    if match := re.search(r"Unsupported global: GLOBAL (\S+)", message):
+        return f"it references the Python object {match[1]}"
+    if match := re.search(r"WeightsUnpickler error:\s*(\S.*)", message):
+        return match[1].strip()[:120]
+    return "unsafe content"
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -81,7 +95,7 @@ def resolve_checkpoint(path: str | Path, which: str = BEST) -> Path:
 
 def point_best(folder: Path, target: Path) -> None:
     """Atomically make `best.pt` a relative symbolic link to `target`."""
-    tmp = folder / f".{BEST}.link"
+    tmp = folder / f".{BEST}.link{TEMP_SUFFIX}"  # (a stale one is removed when training restarts)
     with contextlib.suppress(FileNotFoundError):
         tmp.unlink()
     os.symlink(target.name, tmp)

@@ -19,17 +19,15 @@ from typing import IO, Any
 
 from .errors import UserError
 
+TEMP_SUFFIX = ".tmp"  # `.<name>.<random>.tmp`: what a write killed half way leaves behind
+
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise UserError(f"{path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UserError(f"{path}: folder {folder} is not writable")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    folder = check_writable(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=folder)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
@@ -38,10 +36,30 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         fsync_dir(folder)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(err, OSError) and err.filename in (None, tmp):  # name the file the user knows
+            reason = err.strerror or str(err)
+            raise OSError(
+                err.errno, f"not written ({reason}); any previous version is unchanged", str(path)
+            ) from err
         raise
+
+
+def check_writable(path: str | Path) -> Path:
+    """The folder of output file `path`, after checking it exists and is writable (fail before any work)."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.exists():
+        raise UserError(f"{path}: folder {folder} does not exist")
+    if not folder.is_dir():
+        raise UserError(f"{path}: {folder} is not a folder")
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder, expected a file name")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"{path}: folder {folder} is not writable")
+    return folder
 
 
 def _umask() -> int:

@@ -19,11 +19,17 @@ from .io import atomic_write
 IMAGE_FORMATS = ("png", "pdf", "svg")
 
 
-def save_figure(figure: Figure, path: str | Path) -> None:
-    """Write `figure` atomically; the format follows the extension (.png, .pdf or .svg)."""
+def image_format(path: str | Path) -> str:
+    """'png', 'pdf' or 'svg' from the file name of an image to write."""
     kind = Path(path).suffix.lower().lstrip(".")
     if kind not in IMAGE_FORMATS:
         raise UserError(f"{path}: cannot tell the image format, use a .png, .pdf or .svg file name")
+    return kind
+
+
+def save_figure(figure: Figure, path: str | Path) -> None:
+    """Write `figure` atomically; the format follows the extension (.png, .pdf or .svg)."""
+    kind = image_format(path)
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, format=kind, dpi=150)
 

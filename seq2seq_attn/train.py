@@ -15,6 +15,7 @@ and only rank 0 validates, logs and writes checkpoints.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -37,7 +38,7 @@ from .checkpoint import BEST, LATEST, checkpoint_dir, load_checkpoint, point_bes
 from .config import Config, to_dict, to_yaml
 from .data.prepare import prepare
 from .errors import UserError
-from .io import write_text
+from .io import TEMP_SUFFIX, write_text
 from .model import build_model
 from .optim import FUSED, Schedule, build_optimizer, step_optimizer
 from .validate import validate
@@ -179,8 +180,13 @@ def _seed_everything(seed: int) -> None:
 
 
 def _init_run_dir(run_dir: Path, config: Config, vocab: Vocab, step: int) -> None:
-    """Resolved config and a private copy of the vocabulary, so the run directory is self-contained."""
+    """Resolved config and a private copy of the vocabulary, so the run directory is self-contained.
+
+    Temporary files of checkpoint writes killed half way (SIGKILL, power loss) are removed here.
+    """
     checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    for stale in checkpoint_dir(run_dir).glob(f".*{TEMP_SUFFIX}"):
+        stale.unlink(missing_ok=True)
     write_text(run_dir / "config.yaml", to_yaml(config))
     target = run_dir / "vocab"
     if not target.is_dir() or Vocab.load(target).fingerprint() != vocab.fingerprint():
@@ -193,12 +199,19 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """On resume, forget records logged after the checkpoint: they will be logged again."""
     if not path.is_file():
         return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line).get("step", 0) <= step
-    ]
+    kept = [json.dumps(record) for record in _records(path) if record.get("step", 0) <= step]
     write_text(path, "".join(line + "\n" for line in kept))
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of `path`; a line torn by a crash while it was appended is skipped."""
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict):
+                records.append(record)
+    return records
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -544,4 +557,4 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.is_file():
         raise UserError(f"{run_dir}: no metrics.jsonl (is it a run directory?)")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return _records(path)

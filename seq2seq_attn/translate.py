@@ -42,7 +42,6 @@ import torch
 from .config import DecodeConfig
 from .console import progress
 from .errors import UserError
-from .heatmap import draw_attention
 from .io import read_lines, write_json
 from .search import Hypothesis, check_decode_config, translate_ids
 from .vocab import UNK_ID, WORD_BOUNDARY, Vocab
@@ -168,6 +167,8 @@ class Translator:
                 "attention": np.round(hyp.attention.astype(np.float64), 5).tolist(),
             },
         )
+        from .heatmap import draw_attention  # matplotlib is slow to import: only when drawing
+
         draw_attention(folder / f"{index:06d}.png", hyp.attention, source, target)
 
 

@@ -32,7 +32,7 @@ data:
               max_words: 12}
 vocab: {type: bpe, size: 120}
 model: {src_embed_dim: 16, tgt_embed_dim: 16, hidden_size: 24, decoder_hidden_size: 24, attention_dim: 24,
-        maxout_dim: 12, dropout_hidden: 0.1, dropout_output: 0.1}
+        maxout_dim: 12, dropout_hidden: 0.1, dropout_output: 0.1, init: pytorch}
 train:
   run_dir: run
   device: cpu

@@ -9,8 +9,12 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
+
+try:  # recent typer vendors its own copy of click and raises its exceptions
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # older typer uses click itself
+    from click.exceptions import ClickException, NoArgsIsHelpError
 
 from .. import __version__, console
 from ..errors import UserError
@@ -63,12 +67,16 @@ def main() -> None:
     try:
         # Non-standalone typer returns the exit code of typer.Exit (130 after Ctrl-C / SIGTERM in train).
         code = app(standalone_mode=False)
-    except click.exceptions.Exit as stop:
+    except typer.Exit as stop:
         sys.exit(stop.exit_code)
-    except click.ClickException as err:  # bad usage: click's own one-line message
-        err.show()
+    except NoArgsIsHelpError as err:  # `seq2seq` or `seq2seq data` alone: the help is the answer
+        if err.format_message():  # (typer's rich help is printed already and leaves it empty)
+            err.show()
         sys.exit(err.exit_code)
-    except click.exceptions.Abort:
+    except ClickException as err:  # bad usage (unknown option, value not a number): one line too
+        print(f"seq2seq: error: {_one_line(err)}{_help_hint(err)}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    except typer.Abort:
         print("seq2seq: aborted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:  # the reader went away (`seq2seq translate ... | head`): not an error
@@ -97,4 +105,11 @@ def main() -> None:
 def _one_line(err: BaseException) -> str:
     if isinstance(err, OSError) and err.filename:
         return f"{err.filename}: {err.strerror}"
+    if isinstance(err, ClickException):
+        return " ".join(err.format_message().split())
     return " ".join(str(err).split()) or type(err).__name__
+
+
+def _help_hint(err: ClickException) -> str:
+    ctx = getattr(err, "ctx", None)
+    return f" (see `{ctx.command_path} --help`)" if ctx is not None else ""

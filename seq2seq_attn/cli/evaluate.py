@@ -15,7 +15,7 @@ from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
 from ..evaluate import System, evaluate, load_systems, merge_reports, parse_edges, read_text, render
-from ..io import read_json, write_text
+from ..io import check_writable, read_json, write_text
 
 DEFAULTS = EvalConfig()
 
@@ -109,6 +109,13 @@ def eval_command(
         )
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
+    for destination in (output, plot):  # fail before any work, not after the report is written
+        if destination is not None:
+            check_writable(destination)
+    if plot is not None:
+        from ..plots import image_format  # matplotlib is slow to import: only when drawing
+
+        image_format(plot)
     config = EvalConfig(
         buckets=parse_edges(buckets),
         bucket_by=bucket_by.value,

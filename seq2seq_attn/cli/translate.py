@@ -1,6 +1,7 @@
 """`seq2seq translate`: raw text in, translations out, one line per line; `seq2seq average`: checkpoint means.
 
 Search settings default to the run's `decode` config section; each option overrides one key.
+torch is imported inside the commands, so `seq2seq --help` and every other command start fast.
 """
 
 from __future__ import annotations
@@ -10,15 +11,18 @@ import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
 import typer
 
-from ..checkpoint import average_checkpoints, latest_checkpoints, load_trained, run_dir_of, save_checkpoint
 from ..console import info
 from ..errors import UserError
-from ..io import atomic_write, open_binary
-from ..translate import CHUNK_LINES, DEFAULT_MAX_SRC_TOKENS, Translator, translate_stream
+from ..io import atomic_write, check_writable, open_binary
+
+if TYPE_CHECKING:
+    import torch
+
+DEFAULT_MAX_SRC_TOKENS = 256  # translate.DEFAULT_MAX_SRC_TOKENS (a test keeps them equal)
 
 
 class Device(str, Enum):
@@ -84,6 +88,13 @@ def translate_command(
     """Translate raw text with a trained run: one output line per input line, in order."""
     if average < 0:
         raise UserError(f"--average must be >= 0, got {average}")
+    if input_path != "-":
+        open_binary(input_path).close()  # a missing input or output folder fails before loading the model
+    if output_path != "-":
+        check_writable(output_path)
+    from ..checkpoint import average_checkpoints, latest_checkpoints, load_trained, run_dir_of
+    from ..translate import CHUNK_LINES, Translator, translate_stream
+
     target = _device(device)
     network, vocab, config = load_trained(model, target)
     if average:
@@ -127,6 +138,8 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
+    from ..checkpoint import average_checkpoints, latest_checkpoints, save_checkpoint
+
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:
             raise UserError(f"{paths[0]}: is a run directory; give --last K (K >= 1) checkpoints to average")
@@ -138,6 +151,8 @@ def average_command(
 
 
 def _device(choice: Device) -> torch.device:
+    import torch
+
     if choice == Device.cuda and not torch.cuda.is_available():
         raise UserError("--device cuda: no CUDA device is available")
     if choice == Device.auto:
