@@ -32,6 +32,7 @@ demo: install
 		--label RNNsearch --label RNNencdec configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml
 
 # Any line-aligned corpus with {train,valid,test}.{$(SRC),$(TGT)}[.gz]; defaults fit ../shared/corpora/en-fr.
+# REPRO_ARGS adds overrides for both models, e.g. REPRO_ARGS="--set train.max_minutes=20 --set model.hidden_size=256"
 CORPUS ?= ../shared/corpora/en-fr
 SRC ?= en
 TGT ?= fr
@@ -40,7 +41,7 @@ LOCAL_SET = --set data.local.train.src=$(abspath $(CORPUS))/train.$(SRC)$(if $(w
 	--set data.local.valid.src=$(abspath $(CORPUS))/valid.$(SRC) --set data.local.valid.tgt=$(abspath $(CORPUS))/valid.$(TGT) \
 	--set data.local.test.src=$(abspath $(CORPUS))/test.$(SRC) --set data.local.test.tgt=$(abspath $(CORPUS))/test.$(TGT)
 reproduce-local: install
-	$(BIN)/python scripts/reproduce.py --out runs/local --parallel $(LOCAL_SET) \
+	$(BIN)/python scripts/reproduce.py --out runs/local --parallel $(LOCAL_SET) $(REPRO_ARGS) \
 		--label RNNsearch --label RNNencdec configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml
 
 # The paper's four models on WMT'14 En->Fr from Hugging Face (newstest2014 by length). Needs network and GPUs.
