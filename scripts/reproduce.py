@@ -40,15 +40,21 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], dest="overrides", help="override for every config"
     )
+    parser.add_argument("--runs", type=Path, help="train into RUNS/<label> instead of each config's run_dir")
     parser.add_argument("--parallel", action="store_true", help="train all systems at the same time")
     parser.add_argument("--heatmaps", type=int, default=4, help="attention heat maps to draw (0: none)")
     parser.add_argument("--criteria", action="store_true", help="check the paper's length criteria (demo)")
     args = parser.parse_args()
 
-    configs = [load_config(path, args.overrides) for path in args.configs]
-    labels = args.label or [config.name for config in configs]
-    if len(labels) != len(configs):
-        sys.exit(f"reproduce: {len(labels)} --label for {len(configs)} configs")
+    labels = args.label or [load_config(path, args.overrides).name for path in args.configs]
+    if len(labels) != len(args.configs):
+        sys.exit(f"reproduce: {len(labels)} --label for {len(args.configs)} configs")
+    # per-system overrides: everything from --set, plus the run folder when --runs is given
+    system_sets = [
+        args.overrides + ([f"train.run_dir={(args.runs / label).resolve()}"] if args.runs else [])
+        for label in labels
+    ]
+    configs = [load_config(path, sets) for path, sets in zip(args.configs, system_sets, strict=True)]
     args.out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
 
@@ -56,13 +62,13 @@ def main() -> None:
     one_per_data_dir: dict[Path, Path] = {}
     for config, path in zip(configs, args.configs, strict=True):
         one_per_data_dir.setdefault(config.data_dir.resolve(), path)
-    for path in one_per_data_dir.values():
+    for path in one_per_data_dir.values():  # the data section does not depend on --runs
         _run([*SEQ2SEQ, "data", "prepare", str(path), *_sets(args.overrides)])
         _run([*SEQ2SEQ, "vocab", str(path), *_sets(args.overrides)])
     times["data + vocabulary"] = time.monotonic() - start
 
     start = time.monotonic()
-    _train_all(args.configs, args.overrides, args.parallel)
+    _train_all(args.configs, system_sets, args.parallel)
     times["training"] = time.monotonic() - start
 
     start = time.monotonic()
@@ -108,9 +114,11 @@ def _run(command: list[str], env: dict[str, str] | None = None) -> None:
     subprocess.run(command, check=True, env=env)
 
 
-def _train_all(paths: list[Path], overrides: list[str], parallel: bool) -> None:
+def _train_all(paths: list[Path], system_sets: list[list[str]], parallel: bool) -> None:
     """Train every config; in parallel each process gets its share of the CPU threads (or one GPU each)."""
-    commands = [[*SEQ2SEQ, "train", str(path), *_sets(overrides)] for path in paths]
+    commands = [
+        [*SEQ2SEQ, "train", str(path), *_sets(sets)] for path, sets in zip(paths, system_sets, strict=True)
+    ]
     if not parallel:
         for command in commands:
             _run(command)
