@@ -1,0 +1,95 @@
+"""The reproduction targets: `make -n` expands them to the right commands, and the paper's WMT'14 configs
+read their data through the real Hugging Face path (a local stand-in dataset, since the hub is offline)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAPER = ["rnnencdec30", "rnnencdec50", "rnnsearch30", "rnnsearch50"]
+
+
+def make_n(*args: str) -> str:
+    result = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def reproduce_line(output: str) -> str:
+    """The reproduce.py command, its backslash-continued lines joined."""
+    joined = output.replace("\\\n", " ")
+    (line,) = [line for line in joined.splitlines() if "scripts/reproduce.py" in line]
+    return " ".join(line.split())
+
+
+def test_make_reproduce_wmt14_runs_the_four_paper_models():
+    line = reproduce_line(make_n("reproduce-wmt14"))
+    assert " --out runs/wmt14 " in line
+    for name in PAPER:
+        assert f"configs/{name}.yaml" in line
+    assert "--label RNNencdec-30 --label RNNencdec-50 --label RNNsearch-30 --label RNNsearch-50" in line
+
+
+def test_make_reproduce_local_points_every_split_at_the_corpus(tmp_path):
+    for name in ("train.en.gz", "train.fr.gz", "valid.en", "valid.fr", "test.en", "test.fr"):
+        (tmp_path / name).write_text("")
+    line = reproduce_line(
+        make_n("reproduce-local", f"CORPUS={tmp_path}", "REPRO_ARGS=--set train.max_minutes=1")
+    )
+    for key, name in [
+        ("train.src", "train.en.gz"),
+        ("train.tgt", "train.fr.gz"),
+        ("valid.src", "valid.en"),
+        ("valid.tgt", "valid.fr"),
+        ("test.src", "test.en"),
+        ("test.tgt", "test.fr"),
+    ]:
+        assert f"--set data.local.{key}={tmp_path}/{name}" in line
+    assert "--set train.max_minutes=1" in line
+    assert "configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml" in line
+
+
+def test_make_demo_runs_the_two_demo_configs_with_the_criteria():
+    line = reproduce_line(make_n("demo"))
+    assert "--criteria" in line and "--parallel" in line
+    assert "configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml" in line
+
+
+@pytest.mark.parametrize("name", PAPER)
+def test_paper_configs_prepare_wmt14_through_the_huggingface_path(name, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = {
+        "train": [("the cat sat .", "le chat était assis ."), ("a red house .", "une maison rouge .")] * 5,
+        "validation": [("the dog .", "le chien .")] * 3,
+        "test": [("a cat .", "un chat ."), ("the house is red .", "la maison est rouge .")],
+    }
+    stand_in = datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict({"translation": [{"en": en, "fr": fr} for en, fr in pairs]})
+            for split, pairs in rows.items()
+        }
+    )
+    stand_in.save_to_disk(str(tmp_path / "wmt14"))
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq_attn",
+        "--quiet",
+        "data",
+        "prepare",
+        str(ROOT / "configs" / f"{name}.yaml"),
+        "--set",
+        f"data.huggingface.name={tmp_path / 'wmt14'}",
+        "--set",
+        f"data.dir={tmp_path / 'data'}",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    data = tmp_path / "data"
+    assert (data / "train.src").read_text().splitlines() == [en for en, _ in rows["train"]]
+    assert (data / "test.tgt").read_text().splitlines() == [fr for _, fr in rows["test"]]
+    assert (data / "valid.src").read_text().splitlines() == ["the dog ."] * 3
