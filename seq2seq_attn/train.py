@@ -316,6 +316,7 @@ class _Loop:
             self.net = torch.compile(self.net)
         self.stop_signal: int | None = None
         self.started = time.monotonic()
+        self.tensorboard = _tensorboard_writer(run_dir) if ranks.is_main else None
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -328,6 +329,10 @@ class _Loop:
         record = {"step": self.progress.step, "time": round(self.elapsed(), 2), **record}
         with open(self.run_dir / "metrics.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, int | float):
+                    self.tensorboard.add_scalar(key, value, self.progress.step)
         line = " ".join(f"{k}={_fmt(v)}" for k, v in record.items())
         with open(self.run_dir / "train.log", "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
@@ -387,6 +392,8 @@ class _Loop:
             self._run(stop_after)
         finally:
             self.bar.close()
+            if self.tensorboard is not None:
+                self.tensorboard.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -545,6 +552,15 @@ class _Loop:
         ranks_state = self.rank_states()  # every rank takes part in the gathers
         if self.ranks.is_main:
             save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, self.payload(ranks_state))
+
+
+def _tensorboard_writer(run_dir: Path):
+    """TensorBoard events in <run>/tensorboard when the optional `tensorboard` package is installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
 
 def _fmt(value: Any) -> str:

@@ -273,3 +273,25 @@ def test_ddp_gloo_two_processes(workdir):
     assert len(state["data"]) == 2 and state["data"][0] == state["data"][1]  # ranks step in lockstep
     model, _, _ = load_trained(workdir / "run")
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_tensorboard_events_when_installed(workdir, monkeypatch):
+    """With the optional `tensorboard` package present, every logged number also goes to TensorBoard."""
+    import types
+
+    written: list[tuple[str, float, int]] = []
+
+    class Writer:
+        def __init__(self, log_dir: str) -> None:
+            self.log_dir = log_dir
+
+        def add_scalar(self, key: str, value: float, step: int) -> None:
+            written.append((key, value, step))
+
+        def close(self) -> None:
+            written.append(("closed", 0.0, 0))
+
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=Writer))
+    run = train_module.train(config_of(workdir, "train.max_steps=10", "train.valid_bleu=false"))
+    assert ("loss", metrics(run)[0]["loss"], 5) in written
+    assert {key for key, _, _ in written} >= {"loss", "lr", "tokens_per_s", "valid_loss", "closed"}
