@@ -305,7 +305,13 @@ def _corpus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    return {key: str(value) if isinstance(value, Path) else value for key, value in values.items()}
+    """Paths as strings, relative to the repository when inside it (the report is committed)."""
+    return {key: _portable(value) if isinstance(value, Path) else value for key, value in values.items()}
+
+
+def _portable(path: Path) -> str:
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
 
 
 def _step(message: str) -> None:
