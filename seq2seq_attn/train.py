@@ -30,19 +30,20 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from . import console
 from .batching import BatchStream
 from .checkpoint import BEST, LATEST, checkpoint_dir, load_checkpoint, point_best, save_checkpoint
 from .config import Config, to_dict, to_yaml
 from .data.prepare import prepare
+from .device import resolve_device
 from .errors import UserError
 from .io import TEMP_SUFFIX, write_text
+from .loss import batch_loss
 from .model import build_model
 from .optim import FUSED, Schedule, build_optimizer, step_optimizer
 from .validate import validate
-from .vocab import PAD_ID, Vocab, build_cache, build_vocab, load_cache
+from .vocab import Vocab, build_cache, build_vocab, load_cache
 
 # Config sections that fix what a checkpoint means; changing them makes a resume meaningless.
 RESUME_CRITICAL = ("data", "vocab", "model")
@@ -156,13 +157,10 @@ def _barrier(ranks: Ranks) -> None:
 
 
 def _pick_device(config: Config, ranks: Ranks) -> torch.device:
-    wanted = config.train.device
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise UserError("train.device is 'cuda' but no CUDA device is available")
-    if wanted == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    torch.cuda.set_device(ranks.local_rank)
-    return torch.device("cuda", ranks.local_rank)
+    device = resolve_device(config.train.device, "train.device", ranks.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
 
 
 def _prepare_inputs(config: Config) -> Vocab:
@@ -362,15 +360,7 @@ class _Loop:
         """One guarded update; returns (summed token loss, bad flag) as device tensors (no sync)."""
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            logits = self.net(batch.src, batch.src_lengths, batch.tgt_in)  # (batch, tgt_len, vocab)
-        loss_sum = F.cross_entropy(
-            logits.float().flatten(0, 1),
-            batch.tgt_out.flatten(),
-            ignore_index=PAD_ID,
-            reduction="sum",
-            label_smoothing=self.cfg.label_smoothing,
-        )
+        loss_sum = batch_loss(self.net, batch, self.bf16, self.cfg.label_smoothing)
         (loss_sum / batch.n_tokens).backward()
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -502,26 +492,28 @@ class _Loop:
         progress.history.append({"step": progress.step, **result})
         progress.bad_validations = 0 if improved else progress.bad_validations + 1
         self.schedule.validated(metric, higher)
-        self._keep_best(metric, higher, ranks_state)
-        save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, self.payload(ranks_state))
+        entered, dropped = self._rank_best(metric, higher)
+        payload = self.payload(ranks_state)  # built once: the best-K copy and latest.pt are the same state
+        folder = checkpoint_dir(self.run_dir)
+        if entered:
+            save_checkpoint(folder / f"step-{progress.step}.pt", payload)
+            point_best(folder, folder / f"step-{progress.kept[0]['step']}.pt")
+        save_checkpoint(folder / LATEST, payload)
+        for step in dropped:  # only once latest.pt no longer lists them
+            (folder / f"step-{step}.pt").unlink(missing_ok=True)
         return bool(cfg.patience) and progress.bad_validations >= cfg.patience
 
-    def _keep_best(self, metric: float, higher: bool, ranks_state: dict[str, list]) -> None:
-        folder = checkpoint_dir(self.run_dir)
-        kept = self.progress.kept
+    def _rank_best(self, metric: float, higher: bool) -> tuple[bool, list[int]]:
+        """Put this step into the best-K list; return (it entered, steps that fell out)."""
+        candidate = {"step": self.progress.step, "metric": metric}
         ranked = sorted(
-            kept + [{"step": self.progress.step, "metric": metric}],
+            self.progress.kept + [candidate],
             key=lambda k: (-k["metric"] if higher else k["metric"], k["step"]),
         )
-        if ranked.index(next(k for k in ranked if k["step"] == self.progress.step)) >= self.cfg.keep_best:
-            return
-        path = folder / f"step-{self.progress.step}.pt"
-        save_checkpoint(path, self.payload(ranks_state))
         survivors = ranked[: self.cfg.keep_best]
-        point_best(folder, folder / f"step-{survivors[0]['step']}.pt")
-        for gone in (k for k in kept if k not in survivors):
-            (folder / f"step-{gone['step']}.pt").unlink(missing_ok=True)
-        self.progress.kept = [{"step": k["step"], "metric": k["metric"]} for k in survivors]
+        dropped = [k["step"] for k in self.progress.kept if k not in survivors]
+        self.progress.kept = survivors
+        return candidate in survivors, dropped
 
     def rank_states(self) -> dict[str, list]:
         """RNG states and data positions of every rank (a collective under DDP)."""

@@ -13,13 +13,13 @@ import math
 import numpy as np
 import sacrebleu
 import torch
-import torch.nn.functional as F
 
 from .batching import collate, cut_batches
 from .config import Config
 from .io import read_lines
+from .loss import batch_loss
 from .search import translate_ids
-from .vocab import PAD_ID, Vocab, load_cache
+from .vocab import Vocab, load_cache
 
 
 @torch.no_grad()
@@ -48,11 +48,7 @@ def _dev_loss(model, cache, count: int, config: Config, device: torch.device, bf
         order, src_lengths, tgt_lengths, config.train.batch_type, config.train.batch_size
     ):
         batch = collate([cache.src[i] for i in examples], [cache.tgt[i] for i in examples]).to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits = model(batch.src, batch.src_lengths, batch.tgt_in)
-        total += F.cross_entropy(
-            logits.float().flatten(0, 1), batch.tgt_out.flatten(), ignore_index=PAD_ID, reduction="sum"
-        ).item()
+        total += batch_loss(model, batch, bf16).item()
         tokens += batch.n_tokens
     return total / max(tokens, 1)
 
