@@ -148,12 +148,11 @@ def default_model_label(run: Path) -> str:
 
 def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) -> System:
     """Translate `sources` with a trained run's own decode settings and keep the hypotheses file."""
-    import torch
-
     from ..checkpoint import load_trained
+    from ..device import resolve_device
     from ..translate import Translator
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device("auto", "--device")
     network, vocab, config = load_trained(run, device)
     translations = Translator(network, vocab, config.decode, device).translate(sources)
     hypotheses = [t.texts[0] if t.texts else "" for t in translations]

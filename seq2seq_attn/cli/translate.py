@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..io import atomic_write, check_writable, open_binary
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 DEFAULT_MAX_SRC_TOKENS = 256  # translate.DEFAULT_MAX_SRC_TOKENS (a test keeps them equal)
 
@@ -93,9 +93,10 @@ def translate_command(
     if output_path != "-":
         check_writable(output_path)
     from ..checkpoint import average_checkpoints, latest_checkpoints, load_trained, run_dir_of
+    from ..device import resolve_device
     from ..translate import CHUNK_LINES, Translator, translate_stream
 
-    target = _device(device)
+    target = resolve_device(device.value, "--device")
     network, vocab, config = load_trained(model, target)
     if average:
         paths = latest_checkpoints(model if model.is_dir() else run_dir_of(model), average)
@@ -148,13 +149,3 @@ def average_command(
         raise UserError("--last K needs exactly one run directory, not checkpoint files")
     save_checkpoint(output, average_checkpoints(paths))
     info(f"average: {output} = mean of {', '.join(str(p) for p in paths)}")
-
-
-def _device(choice: Device) -> torch.device:
-    import torch
-
-    if choice == Device.cuda and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
-    if choice == Device.auto:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(choice.value)
