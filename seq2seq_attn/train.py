@@ -16,6 +16,7 @@ and only rank 0 validates, logs and writes checkpoints.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -128,11 +129,10 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
         )
 
     trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, device, ranks, run_dir)
-    try:
-        trainer.run(stop_after)
-    finally:
-        if ranks.world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
+    trainer.run(stop_after)
+    if ranks.world_size > 1:
+        del trainer  # DDP's reducer holds the process group: let it go first
+        _shutdown_distributed()
     return run_dir
 
 
@@ -149,6 +149,17 @@ def _init_distributed(config: Config) -> Ranks:
         use_cuda = config.train.device != "cpu" and torch.cuda.is_available()
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
     return ranks
+
+
+def _shutdown_distributed() -> None:
+    """End a DDP job cleanly: every rank leaves the group together, with nothing in flight.
+
+    Only after a run that finished on every rank: after an error or a signal, a rank that waited here for
+    the others could wait forever, so the process just exits and torchrun stops the rest.
+    """
+    gc.collect()  # the DDP wrapper and its reducer, which hold the group, must be gone before it is
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _barrier(ranks: Ranks) -> None:

@@ -266,8 +266,9 @@ def test_ddp_gloo_two_processes(workdir):
         "--set",
         "train.validate_every=6",
     ]
-    result = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
+    env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}  # a crashing rank prints its Python stack
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[:6000]
     state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
     assert state["step"] == 12
     assert len(state["data"]) == 2 and state["data"][0] == state["data"][1]  # ranks step in lockstep
