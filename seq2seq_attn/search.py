@@ -253,9 +253,12 @@ def translate_ids(
 
     Sentences are sorted by length and cut into batches of at most `batch_tokens` padded source tokens
     (default `decode_cfg.batch_tokens`) so little work is spent on padding; the model is put in eval mode
-    for the call and restored afterwards.
+    for the call and restored afterwards. With bf16 (`decode.precision`) the model runs under autocast and
+    the scores are still summed in fp32.
     """
     check_decode_config(decode_cfg)
+    device = torch.device(device)
+    bf16 = decode_cfg.precision == "bf16" or (decode_cfg.precision == "auto" and device.type == "cuda")
     budget = batch_tokens or decode_cfg.batch_tokens
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
@@ -264,9 +267,9 @@ def translate_ids(
     try:
         for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget):
             src, lengths = pad_sources([src_ids[i] for i in batch], device)
-            for i, hyps in zip(
-                batch, beam_search(model, src, lengths, decode_cfg, with_attention), strict=True
-            ):
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                searched = beam_search(model, src, lengths, decode_cfg, with_attention)
+            for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps
     finally:
         model.train(was_training)

@@ -143,6 +143,26 @@ def test_translation_does_not_depend_on_batch_size_or_neighbours(family: dict) -
             assert [h.score for h in nbest] == pytest.approx([h.score for h in alone[i]], rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("auto", torch.float32)])
+def test_precision_runs_the_search_in_bf16_when_asked(copy_model, precision: str, dtype) -> None:
+    """decode.precision=bf16 runs the model under bf16 autocast (auto is fp32 on CPU); nearly all of the
+    copy task's translations survive the lower precision, with scores close to fp32's."""
+    seen: list[torch.dtype] = []
+    hook = copy_model.decoder.output.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    srcs = copy_sources(12)
+    try:
+        searched = translate_ids(copy_model, srcs, decode(beam_size=3, precision=precision), "cpu")
+    finally:
+        hook.remove()
+    assert set(seen) == {dtype}
+    exact = translate_ids(copy_model, srcs, decode(beam_size=3, precision="fp32"), "cpu")
+    same = [low[0] for low, full in zip(searched, exact, strict=True) if low[0].tokens == full[0].tokens]
+    assert len(same) >= 10  # bf16 keeps 8 bits of mantissa: a rare near-tie may go the other way
+    for low, full in zip(searched, exact, strict=True):
+        if low[0].tokens == full[0].tokens:
+            assert low[0].score == pytest.approx(full[0].score, abs=0.05)
+
+
 @pytest.mark.parametrize(("min_len", "max_len_a", "max_len_b"), [(0, 0.0, 3), (4, 0.5, 2), (9, 0.0, 5)])
 def test_output_lengths_respect_min_and_max(min_len: int, max_len_a: float, max_len_b: int) -> None:
     model = random_model(4)

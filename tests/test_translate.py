@@ -247,9 +247,18 @@ def test_stdin_to_stdout_round_trip(tiny_run_dir):
     assert lines[1] == lines[2] == "" and all(lines[i] for i in (0, 3, 4))
 
 
+def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):
+    data = b"the cat sat\n\nthe dog ran to the house\n"
+    done = seq2seq("translate", "--model", str(tiny_run_dir), "--precision", "bf16", stdin=data)
+    assert done.returncode == 0, done.stderr.decode()
+    lines = done.stdout.decode("utf-8").split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
+        (["--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
         (["--beam", "0"], "--beam (decode.beam_size) must be >= 1, got 0"),
         (["--beam", "2", "--nbest", "3"], "--nbest (decode.nbest) = 3 exceeds --beam"),
         (["-o", "/nonexistent-dir/out.txt"], "does not exist"),
