@@ -389,3 +389,43 @@ def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     assert list(result["toolkits"]) == ["ours"]
     text = (tmp_path / "PERFORMANCE.md").read_text(encoding="utf-8")
     assert "| training: target tokens/s (steady state) |" in text and "|  | ours |" in text
+
+
+def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump({"model": TINY_MODEL}))
+    out = tmp_path / "step"
+    command = [
+        sys.executable,
+        str(ROOT / "scripts" / "bench_step.py"),
+        str(config),
+        "--precision",
+        "fp32,bf16",
+    ]
+    options = [
+        "--batch",
+        "3",
+        "--src-len",
+        "5",
+        "--tgt-len",
+        "4",
+        "--vocab",
+        "20",
+        "--reps",
+        "3",
+        "--beam",
+        "2",
+    ]
+    done = subprocess.run(
+        [*command, *options, "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert [(r["precision"], r["compile"]) for r in result["rows"]] == [("fp32", False), ("bf16", False)]
+    for row in result["rows"]:
+        assert row["parameters"] > 0 and row["train_ms"] > 0 and row["beam_ms_per_step"] > 0
+        assert row["train_tokens_per_s"] == pytest.approx(3 * 4 / (row["train_ms"] / 1000), rel=0.01)
+        assert row["beam_sentences_per_s"] > 0
+    assert out.with_suffix(".md").read_text().count("| tiny |") == 2
+    bad = subprocess.run([*command[:3], "--precision", "fp16"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--precision" in bad.stderr

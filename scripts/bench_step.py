@@ -1,0 +1,219 @@
+"""Micro-benchmark of our models alone: one training update and one beam-search step, on fixed shapes.
+
+`scripts/bench.py` compares whole toolkits on a corpus; this script isolates the model, so the effect of
+one change (precision, torch.compile, a config key) is measured without data loading, bucketing or output
+lengths in the way. Every variant gets random ids of the same shapes: `--batch` sentences of `--src-len`
+source and `--tgt-len` target tokens, vocabularies of `--vocab`. Beam search runs exactly `--tgt-len` steps
+(min and max length both set to it), so its time per step is comparable across models.
+
+    python scripts/bench_step.py configs/small_rnnsearch.yaml configs/small_rnnencdec.yaml \\
+        --precision fp32,bf16 --compile --out docs/STEP_BENCH
+
+writes docs/STEP_BENCH.json and docs/STEP_BENCH.md (one row per config x precision x compile). With
+`--profile` the torch.profiler table of the heaviest operators is printed for every variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from seq2seq_attn.config import load_config  # noqa: E402
+from seq2seq_attn.io import write_json, write_text  # noqa: E402
+from seq2seq_attn.model import build_model  # noqa: E402
+from seq2seq_attn.search import beam_search  # noqa: E402
+from seq2seq_attn.vocab import BOS_ID, EOS_ID  # noqa: E402
+
+FIRST_ID = EOS_ID + 1  # random ids avoid the special ones
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    batch: int
+    src_len: int
+    tgt_len: int
+    vocab: int
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("configs", nargs="+", type=Path, help="experiment configs whose `model` section is measured")
+    add("--set", action="append", default=[], dest="overrides", help="config override KEY=VALUE, for all")
+    add("--batch", type=int, default=64, help="sentences per batch")
+    add("--src-len", type=int, default=30, help="source tokens per sentence (EOS included)")
+    add(
+        "--tgt-len", type=int, default=30, help="target tokens per sentence; beam search runs this many steps"
+    )
+    add("--vocab", type=int, default=4000, help="source and target vocabulary size")
+    add("--beam", type=int, default=5, help="beam width (0: no search measurement)")
+    add("--warmup", type=int, default=3, help="untimed repetitions first (compilation happens there)")
+    add("--reps", type=int, default=10, help="timed training updates (search: a third as many batches)")
+    add("--precision", default="fp32", help="comma-separated: fp32, bf16 (autocast)")
+    add("--compile", action="store_true", help="also measure every variant under torch.compile")
+    add("--device", default="cpu", help="cpu or cuda")
+    add("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    add("--profile", action="store_true", help="print the profiler's top operators for every variant")
+    add("--out", type=Path, help="write OUT.json and OUT.md")
+    args = parser.parse_args(argv)
+    precisions = args.precision.split(",")
+    if set(precisions) - {"fp32", "bf16"}:
+        parser.error(f"--precision: expected fp32 and/or bf16, got {args.precision!r}")
+    if min(args.batch, args.src_len, args.tgt_len, args.reps) < 1 or args.vocab <= FIRST_ID or args.beam < 0:
+        parser.error("--batch, --src-len, --tgt-len and --reps must be >= 1, --vocab > 4, --beam >= 0")
+    args.precisions = precisions
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    shapes = Shapes(args.batch, args.src_len, args.tgt_len, args.vocab)
+    rows = []
+    for config_path in args.configs:
+        for precision in args.precisions:
+            for compiled in (False, True) if args.compile else (False,):
+                name = f"{config_path.stem} {precision}{' compiled' if compiled else ''}"
+                print(f"bench_step: {name}", file=sys.stderr, flush=True)
+                config = load_config(config_path, args.overrides)
+                row = measure(config.model, config.decode, shapes, precision, compiled, device, args)
+                rows.append({"config": str(config_path), "precision": precision, "compile": compiled, **row})
+    result = {
+        "command": "python scripts/bench_step.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": {
+            "processor": platform.processor() or platform.machine(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "device": str(device),
+        },
+        "shapes": dataclasses.asdict(shapes),
+        "rows": rows,
+    }
+    text = markdown(result)
+    print(text)
+    if args.out:
+        write_json(args.out.with_suffix(".json"), result)
+        write_text(args.out.with_suffix(".md"), text)
+
+
+def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: bool, device, args) -> dict:
+    """Train-update and beam-step timings of one variant (fresh model, same seed and data)."""
+    torch.manual_seed(0)
+    model = build_model(model_cfg, shapes.vocab, shapes.vocab).to(device)
+    parameters = sum(p.numel() for p in model.parameters())
+    net = torch.compile(model) if compiled else model
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    src = torch.randint(FIRST_ID, shapes.vocab, (shapes.batch, shapes.src_len), device=device)
+    src[:, -1] = EOS_ID
+    lengths = torch.full((shapes.batch,), shapes.src_len, device=device)
+    tgt = torch.randint(FIRST_ID, shapes.vocab, (shapes.batch, shapes.tgt_len + 1), device=device)
+    tgt[:, 0] = BOS_ID
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    def update() -> None:
+        with autocast:
+            logits = net(src, lengths, tgt[:, :-1])  # (batch, tgt_len, vocab)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), reduction="sum")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    warmup_s = timed(update, args.warmup, device)
+    train_s = timed(update, args.reps, device) / args.reps
+    row: dict[str, Any] = {
+        "parameters": parameters,
+        "warmup_s": round(warmup_s, 2),
+        "train_ms": round(train_s * 1000, 2),
+        "train_tokens_per_s": round(shapes.batch * shapes.tgt_len / train_s),
+    }
+    if args.profile:
+        print(profile_table(update, device), file=sys.stderr)
+    if args.beam:
+        settings = dataclasses.replace(
+            decode_cfg,
+            beam_size=args.beam,
+            nbest=1,
+            max_len_a=0.0,
+            max_len_b=shapes.tgt_len,
+            min_len=shapes.tgt_len,
+        )
+        model.eval()
+
+        def search() -> None:
+            with autocast:
+                beam_search(model, src, lengths, settings)
+
+        timed(search, 1, device)
+        batches = max(1, args.reps // 3)
+        search_s = timed(search, batches, device) / batches
+        row |= {
+            "beam_ms_per_step": round(search_s / (shapes.tgt_len + 1) * 1000, 2),
+            "beam_sentences_per_s": round(shapes.batch / search_s, 1),
+        }
+        if args.profile:
+            print(profile_table(search, device), file=sys.stderr)
+    return row
+
+
+def timed(work, reps: int, device: torch.device) -> float:
+    """Seconds for `reps` calls of `work`, the device's queue drained at both ends."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(reps):
+        work()
+    sync()
+    return time.perf_counter() - start
+
+
+def profile_table(work, device: torch.device) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof, contextlib.redirect_stdout(sys.stderr):
+        work()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    s, m = result["shapes"], result["machine"]
+    lines = [
+        "# Model micro-benchmark (`scripts/bench_step.py`)",
+        "",
+        f"    {result['command']}",
+        "",
+        f"- machine: {m['processor']}, torch {m['torch']}, {m['threads']} threads, {m['device']}",
+        f"- shapes: batch {s['batch']}, source {s['src_len']}, target {s['tgt_len']} tokens, "
+        f"vocabularies {s['vocab']}; random ids; beam search runs exactly {s['tgt_len']} steps + EOS",
+        "",
+        "| config | precision | compile | parameters | warm-up (s) | train update (ms) | train target tok/s "
+        "| beam step (ms) | beam sentences/s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        lines.append(
+            f"| {Path(r['config']).stem} | {r['precision']} | {'yes' if r['compile'] else 'no'} "
+            f"| {r['parameters']:,} | {r['warmup_s']} | {r['train_ms']} | {r['train_tokens_per_s']:,} "
+            f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
