@@ -167,8 +167,12 @@ def main(argv: list[str] | None = None) -> None:
 def run_toolkit(
     toolkit: Toolkit, folder: Path, window: tuple[int, int], beam: int, env: dict[str, str], refs: list[str]
 ) -> dict[str, Any]:
-    """Train for the budget, then decode the test set with beam search and greedily; one flat record."""
+    """Train for the budget, then decode the test set with beam search and greedily; one flat record.
+
+    The folder is emptied first: a run directory left by an earlier benchmark would be resumed."""
+    shutil.rmtree(folder, ignore_errors=True)
     trained = run_job(toolkit.train_job(folder), env)
+    toolkit.discard_late(folder, trained)
     points = toolkit.train_points(folder, trained)
     rate, window_end = logs.steady_rate(points, *window)
     record: dict[str, Any] = {
@@ -220,6 +224,7 @@ def ours_extra(
     scratch = folder / "prep-timing"
     prepared, vocab = _prepare(config, [*sets, f"data.dir={scratch / 'data'}"], scratch, env, force=True)
     shutil.rmtree(scratch / "data")  # the logs stay
+    shutil.rmtree(folder / "ours-noattn", ignore_errors=True)  # never resume an earlier benchmark's run
     trained = run_job(baseline.train_job(folder / "ours-noattn"), env)
     points = baseline.train_points(folder / "ours-noattn", trained)
     vocab_s, encode_s = logs.vocab_seconds(vocab.text())

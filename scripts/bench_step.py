@@ -4,7 +4,8 @@
 one change (precision, torch.compile, a config key) is measured without data loading, bucketing or output
 lengths in the way. Every variant gets random ids of the same shapes: `--batch` sentences of `--src-len`
 source and `--tgt-len` target tokens, vocabularies of `--vocab`. Beam search runs exactly `--tgt-len` steps
-(min and max length both set to it), so its time per step is comparable across models.
+(min and max length both set to it), so its time per step is comparable across models. torch.compile wraps
+the training forward only, so compiled variants have no search figures.
 
     python scripts/bench_step.py configs/small_rnnsearch.yaml configs/small_rnnencdec.yaml \\
         --precision fp32,bf16 --compile --out docs/STEP_BENCH
@@ -144,7 +145,9 @@ def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: boo
     }
     if args.profile:
         print(profile_table(update, device), file=sys.stderr)
-    if args.beam:
+    if (
+        args.beam and not compiled
+    ):  # search calls the model's encode / step, which torch.compile does not wrap
         settings = dataclasses.replace(
             decode_cfg,
             beam_size=args.beam,

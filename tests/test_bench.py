@@ -6,10 +6,15 @@ formats are checked on excerpts of real log lines. Our side runs end to end on a
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench import logs, report  # noqa: E402
-from bench.measure import Job, launched, run_job  # noqa: E402
+from bench.measure import Job, Measured, launched, run_job  # noqa: E402
 from bench.toolkits import JoeyNMT, OpenNMT, Pieces, Settings, export_pieces, fill  # noqa: E402
 from conftest import TINY_MODEL, tiny_config, write_corpus  # noqa: E402
 
@@ -265,6 +270,35 @@ def test_run_job_interrupts_at_the_budget(tmp_path):
     assert measured.interrupted and measured.returncode == 0
     assert measured.seconds < 30
     assert "saved" in measured.text()
+    assert measured.deadline is not None and measured.deadline < time.time()
+
+
+def test_a_process_that_ignores_the_interrupt_is_terminated(tmp_path):
+    code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
+    job = Job([sys.executable, "-c", code], tmp_path / "train.log", interrupt_after=0.5, settle=0.5)
+    started = time.time()
+    measured = run_job(job)
+    assert measured.interrupted and measured.returncode == -signal.SIGTERM
+    assert measured.seconds < 30
+    assert started + 0.4 < measured.deadline < started + 5
+
+
+def test_opennmt_updates_and_checkpoints_after_the_budget_do_not_count(tmp_path):
+    budget_end = datetime.datetime(2026, 11, 21, 10, 0, 10).timestamp()  # between the two Step lines
+    assert logs.train_points(logs.OPENNMT, OPENNMT_LOG, until=budget_end) == [(25, 5432.0)]
+    assert logs.train_points(logs.OPENNMT, OPENNMT_LOG, until=None) == [(25, 5432.0), (50, 5500.5)]
+    folder = tmp_path / "run"
+    (folder / "model").mkdir(parents=True)
+    for step, written in ((25, budget_end - 5), (50, budget_end + 5)):
+        path = folder / "model" / f"gru_step_{step}.pt"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("data", "weights")
+        os.utime(path, (written, written))
+    peer = OpenNMT(tmp_path / "cache", tmp_path / "peer", None, SETTINGS, "2.13.0")
+    measured = Measured(0, 12.0, 100.0, None, True, tmp_path / "train.log", deadline=budget_end)
+    peer.discard_late(folder, measured)
+    assert peer.checkpoint(folder) == folder / "model" / "gru_step_25.pt"
+    assert not (folder / "model" / "gru_step_50.pt").exists()
 
 
 # ----------------------------------------------------------------------------------------------------------

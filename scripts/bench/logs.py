@@ -16,6 +16,7 @@ Decoding time, excluding start-up and model loading:
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from statistics import fmean
@@ -26,6 +27,7 @@ _TRAIN = {
     OPENNMT: re.compile(r"Step\s+(\d+)(?:/\s*\d+)?;.*?[\d.]+/\s*([\d.]+) tok/s"),
     JOEYNMT: re.compile(r"Step:\s*(\d+),.*?Tokens per Sec:\s*([\d.]+)"),
 }
+_OPENNMT_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d+) ")  # local time, as it logs
 _PARAMS = {
     OURS: re.compile(r"\(([\d,]+) parameters"),
     OPENNMT: re.compile(r"\* number of parameters: (\d+)"),
@@ -37,15 +39,26 @@ _OPENNMT_TOTAL_S = re.compile(r"Total translation time \(s\): ([\d.]+)")
 _JOEYNMT_DECODE = re.compile(r"Generation took ([\d.]+)\[sec\]")
 
 
-def train_points(toolkit: str, text: str) -> list[tuple[int, float]]:
+def train_points(toolkit: str, text: str, until: float | None = None) -> list[tuple[int, float]]:
     """(update step, target tokens/s of the interval ending there), in log order.
 
-    For ours `text` is metrics.jsonl; for the peers, their training log.
+    For ours `text` is metrics.jsonl; for the peers, their training log. `until` (epoch seconds) leaves
+    out OpenNMT-py's lines logged later, the updates it made after the budget ran out.
     """
     if toolkit == OURS:
         records = (json.loads(line) for line in text.splitlines() if line.strip())
         return [(r["step"], float(r["tokens_per_s"])) for r in records if "tokens_per_s" in r]
+    if toolkit == OPENNMT and until is not None:
+        text = "\n".join(line for line in text.splitlines() if not _logged_after(line, until))
     return [(int(m.group(1)), float(m.group(2))) for m in _TRAIN[toolkit].finditer(text)]
+
+
+def _logged_after(line: str, until: float) -> bool:
+    match = _OPENNMT_TIME.match(line)
+    if not match:
+        return False
+    logged = datetime.datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp()
+    return logged + int(match.group(2)) / 1000 > until
 
 
 def steady_rate(points: list[tuple[int, float]], warmup: int, window: int) -> tuple[float | None, int]:

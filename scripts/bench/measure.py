@@ -6,8 +6,10 @@ child (ru_maxrss), so measurements never mix processes. Peak GPU memory is what 
 
 A wall-clock training budget is enforced from outside, identically for all toolkits: `interrupt_after`
 seconds after the process started it gets SIGINT (Ctrl-C), on which ours and JoeyNMT save a checkpoint
-and stop; OpenNMT-py saves none, so it is configured to save often. A process still alive `grace`
-seconds later is killed.
+and stop; OpenNMT-py saves none, so it is configured to save often. A process still alive `settle` seconds
+after the interrupt gets SIGTERM (OpenNMT-py once kept training through SIGINT), and one still alive `grace`
+seconds after it is killed. `Measured.deadline` is when the budget ran out, so that what a toolkit wrote
+after it (OpenNMT-py's later checkpoints and log lines) can be left out.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Job:
     stdout: Path | None = None
     env: dict[str, str] = field(default_factory=dict)  # on top of the harness's environment
     interrupt_after: float | None = None  # seconds: the wall-clock budget
+    settle: float = 30.0  # seconds after the interrupt before SIGTERM (a process that ignores SIGINT)
     grace: float = 300.0  # seconds after the interrupt before SIGKILL (the last checkpoint is being written)
     timeout: float | None = None  # seconds: a hung process is killed
 
@@ -51,6 +54,7 @@ class Measured:
     cuda_peak_mb: float | None
     interrupted: bool  # the budget ran out and SIGINT was sent
     log: Path
+    deadline: float | None = None  # epoch seconds at which the budget ran out
 
     def text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
@@ -74,11 +78,12 @@ def run_job(job: Job, base_env: dict[str, str] | None = None) -> Measured:
         stdout = files.enter_context(open(job.stdout, "wb")) if job.stdout else log
         log.write("+ " + " ".join(job.argv) + "\n")
         log.flush()
-        start = time.perf_counter()
+        start, started = time.perf_counter(), time.time()
         process = subprocess.Popen(job.argv, cwd=job.cwd, env=env, stdin=stdin, stdout=stdout, stderr=log)
         timers = []
         if job.interrupt_after is not None:
             timers.append(threading.Timer(job.interrupt_after, _interrupt, (process, interrupted)))
+            timers.append(threading.Timer(job.interrupt_after + job.settle, _terminate, (process,)))
             timers.append(threading.Timer(job.interrupt_after + job.grace, process.kill))
         if job.timeout is not None:
             timers.append(threading.Timer(job.timeout, process.kill))
@@ -99,6 +104,7 @@ def run_job(job: Job, base_env: dict[str, str] | None = None) -> Measured:
         cuda_peak_mb=_cuda_peak(stats),
         interrupted=interrupted.is_set(),
         log=job.log,
+        deadline=None if job.interrupt_after is None else started + job.interrupt_after,
     )
 
 
@@ -106,6 +112,11 @@ def _interrupt(process: subprocess.Popen, flag: threading.Event) -> None:
     if process.poll() is None:
         flag.set()
         process.send_signal(signal.SIGINT)
+
+
+def _terminate(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
 
 
 def _cuda_peak(stats: Path) -> float | None:

@@ -134,6 +134,10 @@ class Toolkit:
         """The model to decode with after training (the last one written), or None."""
         raise NotImplementedError
 
+    def discard_late(self, folder: Path, measured: Measured) -> None:
+        """Remove what training wrote after the budget ran out (only a toolkit that saves periodically
+        instead of on the interrupt can have such files)."""
+
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         raise NotImplementedError
 
@@ -307,6 +311,18 @@ class OpenNMT(Peer):
     def train_job(self, folder: Path) -> Job:
         argv = launched(self.python, ["-m", "onmt.bin.train", "-config", str(self.config(folder, "train"))])
         return Job(argv, folder / "train.log", env=self.env, interrupt_after=self.settings.budget_s)
+
+    def train_points(self, folder: Path, measured: Measured) -> list[tuple[int, float]]:
+        return logs.train_points(self.key, measured.text(), until=measured.deadline)
+
+    def discard_late(self, folder: Path, measured: Measured) -> None:
+        """Checkpoints finished after the budget do not count: it saves none on the interrupt, so the
+        last one written within the budget is what it had learnt by then."""
+        if measured.deadline is None:
+            return
+        for path in (folder / "model").glob("gru_step_*.pt"):
+            if path.stat().st_mtime > measured.deadline:
+                path.unlink()
 
     def checkpoint(self, folder: Path) -> Path | None:
         """The newest complete `gru_step_N.pt` (an interrupt can cut the one being written)."""
