@@ -214,9 +214,11 @@ METHOD = """How it is measured:
   hidden 256, Adam 1e-3, clip 5. The toolkits count sizes differently (OpenNMT-py's `brnn` splits 256 into
   128 + 128): compare the parameter counts.
 - Training throughput: target tokens/s (padding excluded, EOS included) as each toolkit logs it per interval.
-- Wall-clock budget: each toolkit's training process gets SIGINT the same number of seconds after it started;
-  ours and JoeyNMT save a checkpoint then, OpenNMT-py does not, so it saves one every interval and loses at
-  most one interval. That last checkpoint is decoded and scored.
+- Wall-clock budget: each toolkit's training process gets SIGINT the same number of seconds after it started
+  (SIGTERM 30 s later if it is still running: OpenNMT-py sometimes trains on through SIGINT); ours and
+  JoeyNMT save a checkpoint then, OpenNMT-py does not, so it saves one every interval and loses at most one
+  interval; its checkpoints and log lines written after the budget are left out. That last checkpoint is
+  decoded and scored. Every repetition trains from scratch in an emptied folder.
 - Decoding: the whole test set, timed by each toolkit around its search (start-up and model loading
   excluded): OpenNMT-py's translation time, JoeyNMT's generation time, ours around the translate pipeline
   (`scripts/bench/ours_decode.py`). The peers decode `batch` sentences per batch; ours batches by source

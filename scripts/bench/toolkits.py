@@ -310,7 +310,10 @@ class OpenNMT(Peer):
 
     def train_job(self, folder: Path) -> Job:
         argv = launched(self.python, ["-m", "onmt.bin.train", "-config", str(self.config(folder, "train"))])
-        return Job(argv, folder / "train.log", env=self.env, interrupt_after=self.settings.budget_s)
+        # It saves nothing on SIGINT (and may train on through it), so it is terminated right away: its
+        # last periodic checkpoint is what it had learnt within the budget (it keeps only the newest two).
+        budget = self.settings.budget_s
+        return Job(argv, folder / "train.log", env=self.env, interrupt_after=budget, settle=1.0)
 
     def train_points(self, folder: Path, measured: Measured) -> list[tuple[int, float]]:
         return logs.train_points(self.key, measured.text(), until=measured.deadline)
