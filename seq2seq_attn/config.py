@@ -239,7 +239,11 @@ class TrainConfig:
     precision: str = option(
         "auto", "auto: bf16 autocast on GPU, fp32 on CPU.", choices=["auto", "fp32", "bf16"]
     )
-    compile: bool = option(False, "Wrap the model in torch.compile (measure before enabling).")
+    compile: bool = option(
+        False,
+        "Wrap the model in torch.compile. Measured on CPU: faster only on fixed shapes; real batches "
+        "recompile for every new length (docs/SPEED.md). Measure before enabling.",
+    )
     batch_type: str = option(
         "tokens",
         "Batch size counted in tokens (src+tgt) or sentences (paper: 80).",

@@ -463,3 +463,11 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
     assert out.with_suffix(".md").read_text().count("| tiny |") == 2
     bad = subprocess.run([*command[:3], "--precision", "fp16"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--precision" in bad.stderr
+
+
+def test_the_committed_report_holds_no_absolute_paths_into_the_repository(tmp_path):
+    root = tmp_path / "repo"
+    result = {"runs": [{"train_log": f"{root}/runs/x/train.log", "other": "/elsewhere/log", "n": 3}]}
+    assert report.portable(result, root) == {
+        "runs": [{"train_log": "runs/x/train.log", "other": "/elsewhere/log", "n": 3}]
+    }

@@ -14,6 +14,8 @@ from typing import Any
 
 from seq2seq_attn.io import write_json, write_text
 
+REPOSITORY = Path(__file__).resolve().parents[2]
+
 # (key, label, decimals) of every per-run figure, in table order
 FIGURES = [
     ("params", "parameters", 0),
@@ -117,10 +119,21 @@ def save(result: dict[str, Any], doc: Path) -> Path:
     """Store `result` in the JSON next to `doc` (by device and corpus), regenerate `doc`; returns the JSON."""
     path = doc.with_suffix(".json")
     results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    results[f"{result['machine']['device']} {result['corpus']['id']}"] = result
+    results[f"{result['machine']['device']} {result['corpus']['id']}"] = portable(result)
     write_json(path, results)
     write_text(doc, markdown(results))
     return path
+
+
+def portable(value: Any, root: Path = REPOSITORY) -> Any:
+    """`value` with absolute paths inside the repository made relative to it (the report is committed)."""
+    if isinstance(value, dict):
+        return {key: portable(item, root) for key, item in value.items()}
+    if isinstance(value, list):
+        return [portable(item, root) for item in value]
+    if isinstance(value, str) and value.startswith(f"{root}/"):
+        return value[len(str(root)) + 1 :]
+    return value
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
