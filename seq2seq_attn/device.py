@@ -1,4 +1,5 @@
-"""Where tensors live: one rule for every command that takes `auto | cpu | cuda`."""
+"""Where tensors live and in which precision: one rule for every command that takes `auto | cpu | cuda`
+and for both `train.precision` and `decode.precision`."""
 
 from __future__ import annotations
 
@@ -15,3 +16,9 @@ def resolve_device(choice: str, option: str, index: int = 0) -> torch.device:
     if choice == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", index)
+
+
+def uses_bf16(precision: str, device: torch.device) -> bool:
+    """`bf16`, or `auto` on CUDA: bf16 autocast. `auto` stays fp32 on CPU, where exact resume and
+    batch-invariant search are fp32 guarantees (bf16 there is opt-in: fast only with AVX-512 BF16 / AMX)."""
+    return precision == "bf16" or (precision == "auto" and device.type == "cuda")

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from .config import DecodeConfig
+from .device import uses_bf16
 from .errors import UserError
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -258,7 +259,7 @@ def translate_ids(
     """
     check_decode_config(decode_cfg)
     device = torch.device(device)
-    bf16 = decode_cfg.precision == "bf16" or (decode_cfg.precision == "auto" and device.type == "cuda")
+    bf16 = uses_bf16(decode_cfg.precision, device)
     budget = batch_tokens or decode_cfg.batch_tokens
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
     results: list[list[Hypothesis]] = [[] for _ in src_ids]

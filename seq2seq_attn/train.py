@@ -37,7 +37,7 @@ from .batching import BatchStream
 from .checkpoint import BEST, LATEST, checkpoint_dir, load_checkpoint, point_best, save_checkpoint
 from .config import Config, to_dict, to_yaml
 from .data.prepare import prepare
-from .device import resolve_device
+from .device import resolve_device, uses_bf16
 from .errors import UserError
 from .io import TEMP_SUFFIX, write_text
 from .loss import batch_loss
@@ -316,7 +316,7 @@ class _Loop:
             run_dir,
         )
         self.fused = self.cfg.optimizer in FUSED
-        self.bf16 = self.cfg.precision == "bf16" or (self.cfg.precision == "auto" and device.type == "cuda")
+        self.bf16 = uses_bf16(self.cfg.precision, device)
         self.net = model
         if ranks.world_size > 1:
             ids = [device.index] if device.type == "cuda" else None
