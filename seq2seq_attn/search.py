@@ -1,7 +1,8 @@
 """Batched beam search over (sentences x beams) in one tensor; greedy search is beam size 1.
 
-The source is encoded once; its annotations and precomputed attention keys are repeated k times (one row
-per beam) and reused at every step. Each step scores all k * V continuations of every sentence at once.
+The source is encoded once; its annotations and precomputed attention keys are kept once per sentence
+(the k beams of a sentence are k queries against them) and reused at every step. Each step scores all
+k * V continuations of every sentence at once.
 
 Beams, as in the RNNsearch authors' GroundHog and its successors dl4mt / Nematus: a hypothesis that ends
 (emits EOS) leaves the beam and takes its slot with it, so a sentence that has finished f hypotheses keeps
@@ -126,9 +127,10 @@ def beam_search(
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     alive = list(range(batch))  # the original index of each sentence still searching
 
+    # One row per sentence in `enc` (its beams share it, see Attention.forward), k rows in the state.
+    enc = model.encode(src, src_lengths)
     beam_rows = torch.arange(batch, device=device).repeat_interleave(k)  # sentence of each row
-    enc = model.encode(src, src_lengths).index_select(beam_rows)  # every beam reads the same annotations
-    state = model.init_state(enc)
+    state = model.init_state(enc).index_select(beam_rows)
     # log p of each open hypothesis (sentences, k); -inf marks an empty slot. Only one beam at the start,
     # so that the k copies of BOS do not produce k identical hypotheses.
     log_p = torch.full((batch, k), NEG_INF, device=device)
@@ -179,7 +181,7 @@ def beam_search(
         rows = source_rows.index_select(0, keep_index).view(-1)  # new row order, in old row ids
         if len(keep) < n:  # finished sentences leave the batch
             kept_rows = ((keep_index * k).unsqueeze(1) + torch.arange(k, device=device)).view(-1)
-            enc = enc.index_select(kept_rows)
+            enc = enc.index_select(keep_index)
             max_len_rows = max_len_rows.index_select(0, kept_rows)
             alive = [alive[a] for a in keep]
         log_p = log_p.index_select(0, keep_index)

@@ -160,6 +160,38 @@ def test_index_select_reorders_like_the_batch(encoder, decoder):
     torch.testing.assert_close(picked_weights, weights[index])
 
 
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_beams_share_one_encoder_row_per_sentence(attention, decoder):
+    """k state rows per sentence against one encoder row give what k copies of that row give."""
+    model = tiny_model("gru-bi-1", attention, decoder)
+    src, lengths, tgt_in = batch()
+    enc = model.encode(src, lengths)
+    k = 3
+    rows = torch.arange(3).repeat_interleave(k)  # sentence of each state row: 0 0 0 1 1 1 2 2 2
+    state = model.init_state(enc).index_select(rows)
+    # give the beams of a sentence different histories, so that a mix-up of rows would show
+    y = tgt_in[:, 1:4].flatten()  # (9,)
+    _, state, _ = model.step(enc.index_select(rows), state, y)
+    y_next = tgt_in[:, 2:5].flatten()
+    shared_lp, _, shared_w = model.step(enc, state, y_next)
+    copied_lp, _, copied_w = model.step(enc.index_select(rows), state, y_next)
+    assert shared_lp.shape == (9, VOCAB) and shared_w.shape == (9, 7)
+    torch.testing.assert_close(shared_lp, copied_lp)
+    torch.testing.assert_close(shared_w, copied_w)
+
+
+def test_autocast_casts_the_annotations_once_at_encoding():
+    """Under bf16 autocast the annotations come out in bf16, so no decoder step casts them again."""
+    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch")
+    src, lengths, _ = batch()
+    assert model.encode(src, lengths).annotations.dtype == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        enc = model.encode(src, lengths)
+    assert enc.annotations.dtype == torch.bfloat16
+    assert (enc.annotations[1, 3:] == 0).all()  # padding stays exactly zero
+
+
 OVERFIT = [(e, a, d) for a, d in itertools.product(ATTENTIONS, DECODERS) for e in ["gru-bi-1"]] + [
     ("lstm-uni-2", "bahdanau", "rnnsearch"),
     ("lstm-bi-1", "general", "luong-feed"),

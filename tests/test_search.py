@@ -121,7 +121,9 @@ def test_beam_is_never_worse_than_greedy_and_nbest_is_sorted_and_distinct(
     copied = sum(g[0].tokens == s for g, s in zip(greedy, srcs, strict=True))
     assert copied >= 20  # the model did learn to copy
     for (g,), nbest in zip(greedy, beam, strict=True):
-        assert nbest[0].score >= g.score - 1e-6
+        # beam search runs 4 rows per sentence where greedy runs 1: fp32 products of other shapes round
+        # differently, so the same hypothesis may score up to ~1e-5 (relative) lower than greedy's
+        assert nbest[0].score >= g.score - 1e-4 * abs(g.score)
         scores = [h.score for h in nbest]
         assert scores == sorted(scores, reverse=True)
         assert len({tuple(h.tokens) for h in nbest}) == len(nbest) == 4
@@ -192,11 +194,11 @@ def test_no_repeat_ngram_blocks_repeats(n: int) -> None:
 
 
 class CountingModel(nn.Module):
-    """Wraps a model and records how many rows each decoder step is asked to compute."""
+    """Wraps a model and records how many state rows and encoder rows each decoder step gets."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
-        self.inner, self.rows = inner, []
+        self.inner, self.rows, self.encoder_rows = inner, [], []
 
     def encode(self, src, src_lengths):
         return self.inner.encode(src, src_lengths)
@@ -206,6 +208,7 @@ class CountingModel(nn.Module):
 
     def step(self, enc, state, y_prev):
         self.rows.append(len(y_prev))
+        self.encoder_rows.append(len(enc.annotations))
         return self.inner.step(enc, state, y_prev)
 
 
@@ -216,6 +219,8 @@ def test_finished_sentences_leave_the_batch() -> None:
     translate_ids(counting, srcs, cfg, "cpu")
     max_lens = [len(s) + 1 for s in srcs]
     assert counting.rows == [k * sum(m >= step for m in max_lens) for step in range(max(max_lens) + 1)]
+    # the beams of a sentence share its one encoder row (attention reads it for all k)
+    assert counting.encoder_rows == [rows // k for rows in counting.rows]
 
 
 class ScriptedModel(nn.Module):
@@ -252,6 +257,8 @@ class ScriptedModel(nn.Module):
         else:
             attention = enc.mask.float() / enc.mask.sum(1, keepdim=True)
         rows = len(y_prev)
+        beams = rows // len(enc.mask)  # search keeps one encoder row per sentence for its beams
+        attention = attention.repeat_interleave(beams, dim=0)
         return row.log().expand(rows, -1), DecoderState(hidden=state.hidden + 1), attention
 
 

@@ -59,22 +59,34 @@ class Attention(nn.Module):
         return self.key_proj(annotations), None
 
     def forward(self, query: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
-        """Contexts (batch, steps, annotation_size) and weights (batch, steps, src_len) for queries
-        (batch, steps, query_size): one row per decoder step, all steps at once when they are known."""
+        """Contexts (rows, steps, annotation_size) and weights (rows, steps, src_len) for queries
+        (rows, steps, query_size): one row per decoder step, all steps at once when they are known.
+
+        rows is the batch, or a multiple of it: in beam search each sentence's k consecutive rows are its
+        beams, and they read the sentence's annotations and keys as k more queries, so those are stored and
+        read once per sentence rather than once per beam.
+        """
+        rows, steps = query.shape[:2]
+        query = query.reshape(enc.mask.size(0), -1, query.size(-1))  # (batch, beams * steps, query_size)
+        context, weights = self._attend(query, enc)
+        return context.reshape(rows, steps, -1), weights.reshape(rows, steps, -1)
+
+    def _attend(self, query: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+        """forward's work for queries (batch, queries, query_size) of the batch's own sentences."""
         if self.kind == "none":
-            steps = query.size(1)
-            context = enc.context.unsqueeze(1).expand(-1, steps, -1)
-            return context, uniform_weights(enc.mask, steps)
+            queries = query.size(1)
+            context = enc.context.unsqueeze(1).expand(-1, queries, -1)
+            return context, uniform_weights(enc.mask, queries)
         if self.kind in ADDITIVE:
             # e_ij = v_a^T tanh(W_a s + U_a h_j), written with tanh(x) = 2 sigmoid(2x) - 1: the same numbers,
             # but PyTorch's CPU sigmoid is several times faster than its tanh, and this is the largest
             # elementwise operation of training and search.
-            query = self.query_proj(query).unsqueeze(2)  # (batch, steps, 1, dim)
+            query = self.query_proj(query).unsqueeze(2)  # (batch, queries, 1, dim)
             keys = enc.keys.unsqueeze(1)  # (batch, 1, src_len, dim)
-            half = torch.sigmoid(torch.add(2 * query, keys, alpha=2))  # (1 + tanh(W_a s + U_a h_j)) / 2
-            scores = 2 * (half @ self.v) - self.v.sum()  # (batch, steps, src_len)
+            half = torch.add(2 * query, keys, alpha=2).sigmoid_()  # (1 + tanh(W_a s + U_a h_j)) / 2
+            scores = 2 * (half @ self.v) - self.v.sum()  # (batch, queries, src_len)
         else:  # dot, general: e_ij = h_t^T (W_a) h_j
-            scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, steps, src_len)
+            scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, queries, src_len)
         weights = masked_softmax(scores, enc.mask)
         return torch.bmm(weights, enc.annotations), weights  # c_i = sum_j alpha_ij h_j
 

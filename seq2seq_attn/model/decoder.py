@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .attention import Attention, uniform_weights
+from .attention import Attention
 from .encoder import PAD
 from .recurrent import RecurrentStack
 from .states import DecoderState, EncoderOutput
@@ -79,14 +79,13 @@ class RNNSearchDecoder(nn.Module):
         """Logits (batch, steps, vocab), the state after the last step and the attention weights
         (batch, steps, src_len) for the inputs y_0 .. y_{T-1} (batch, steps), y_0 = <bos>."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{i-1}: (batch, steps, emb)
-        steps = tgt_in.size(1)
         if self.attention.kind == "none":
             # RNNencdec: c is the same at every step, so the recurrence needs no loop: one cuDNN call.
-            contexts = enc.context.unsqueeze(1).expand(-1, steps, -1)  # (batch, steps, annotation)
+            # `none` reads only the query's shape: c at every step, uniform weights
+            contexts, weights = self.attention(embedded, enc)  # (batch, steps, annotation)
             inputs = torch.cat([embedded, contexts], dim=-1)  # [E y_{i-1} ; c]
             outputs, hidden, cell = self.rnn.run(inputs, state.hidden, state.cell)  # s_1 .. s_T
             previous = torch.cat([state.hidden[:, -1:], outputs[:, :-1]], dim=1)  # s_0 .. s_{T-1}
-            weights = uniform_weights(enc.mask, steps)
         else:
             previous, contexts, weights, hidden, cell = self._recur(enc, state, embedded)
         new_state = DecoderState(hidden=hidden, cell=cell)

@@ -1,7 +1,8 @@
 """What flows between encoder, decoder and search: two small dataclasses of batch-first tensors.
 
-Beam search expands each sentence into k rows, reorders rows after every step and drops finished sentences;
-`index_select` along the batch dimension does all three, so every tensor here keeps batch as dim 0.
+Beam search expands each sentence's decoder state into k rows (its encoder output stays one row: attention
+reads it for all k beams), reorders rows after every step and drops finished sentences; `index_select`
+along the batch dimension does all three, so every tensor here keeps batch as dim 0.
 """
 
 from __future__ import annotations
