@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -129,8 +128,7 @@ def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: boo
 
     def update() -> None:
         with autocast:
-            logits = net(src, lengths, tgt[:, :-1])  # (batch, tgt_len, vocab)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt[:, 1:].flatten(), reduction="sum")
+            loss = net(src, lengths, tgt[:, :-1], tgt[:, 1:])  # the summed token loss, as in training
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

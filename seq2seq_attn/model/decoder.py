@@ -1,7 +1,7 @@
 """The two decoders: Bahdanau et al. 2014's RNNsearch (and, without attention, its RNNencdec baseline) and
 Luong et al. 2015's input-feeding decoder.
 
-Both have one `forward(enc, state, tgt_in) -> (logits, state, weights)` over a whole target prefix. Training
+Both have one `forward(enc, state, tgt_in) -> (features, state, weights)` over a whole target prefix. Training
 calls it on the full teacher-forced target; search calls it on one token per step (`Seq2Seq.step`), so the
 two paths are the same code. Inside, everything that does not depend on the recurrent state is computed
 outside the time loop: the embeddings and their gate projections before it, the deep output / attentional
@@ -20,7 +20,10 @@ from .encoder import PAD
 from .recurrent import RecurrentStack
 from .states import DecoderState, EncoderOutput
 
-# logits (batch, steps, vocab), the state after the last step, attention weights (batch, steps, src_len)
+# The pre-output features (batch, steps, pre_output) that `output` (after `dropout_output`) projects onto the
+# vocabulary: t_i for RNNsearch, h~_t for Luong. Seq2Seq applies that projection, so that training can run it
+# in chunks together with the loss. Then the state after the last step and the attention weights
+# (batch, steps, src_len).
 DecoderOutput = tuple[Tensor, DecoderState, Tensor]
 
 
@@ -76,7 +79,7 @@ class RNNSearchDecoder(nn.Module):
         self.dropout_output = nn.Dropout(cfg.dropout_output)
 
     def forward(self, enc: EncoderOutput, state: DecoderState, tgt_in: Tensor) -> DecoderOutput:
-        """Logits (batch, steps, vocab), the state after the last step and the attention weights
+        """Features t_i (batch, steps, maxout), the state after the last step and the attention weights
         (batch, steps, src_len) for the inputs y_0 .. y_{T-1} (batch, steps), y_0 = <bos>."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{i-1}: (batch, steps, emb)
         if self.attention.kind == "none":
@@ -92,7 +95,7 @@ class RNNSearchDecoder(nn.Module):
         # Deep output (A.2.2): t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i for all steps in one matmul.
         t_tilde = self.maxout(torch.cat([previous, embedded, contexts], dim=-1))  # (batch, steps, 2 * maxout)
         t = t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1)  # t_i,j = max(t~_i,2j-1, t~_i,2j)
-        return self.output(self.dropout_output(t)), new_state, weights  # W_o t_i
+        return t, new_state, weights  # p(y_i) = softmax(W_o t_i): Seq2Seq.logits
 
     def _recur(
         self, enc: EncoderOutput, state: DecoderState, embedded: Tensor
@@ -143,7 +146,8 @@ class LuongDecoder(nn.Module):
         self.dropout_output = nn.Dropout(cfg.dropout_output)
 
     def forward(self, enc: EncoderOutput, state: DecoderState, tgt_in: Tensor) -> DecoderOutput:
-        """Logits (batch, steps, vocab), the state after the last step, weights (batch, steps, src_len)."""
+        """Features h~_t (batch, steps, hid), the state after the last step and the attention weights
+        (batch, steps, src_len)."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{t-1}: (batch, steps, emb)
         if not self.input_feeding:
             outputs, hidden, cell = self.rnn.run(embedded, state.hidden, state.cell)  # h_t for every t
@@ -152,7 +156,7 @@ class LuongDecoder(nn.Module):
             new_state = DecoderState(hidden=hidden, cell=cell)
         else:
             attentional, weights, new_state = self._recur(enc, state, embedded)
-        return self.output(self.dropout_output(attentional)), new_state, weights  # W_s h~_t
+        return attentional, new_state, weights  # p(y_t) = softmax(W_s h~_t): Seq2Seq.logits
 
     def attentional(self, context: Tensor, h: Tensor) -> Tensor:
         return torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # h~_t = tanh(W_c [c_t ; h_t])

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from ..errors import UserError
+from ..loss import summed_cross_entropy
 from .attention import ADDITIVE, Attention
 from .decoder import DECODERS
 from .encoder import Encoder
@@ -40,13 +41,32 @@ class Seq2Seq(nn.Module):
         return self.decoder.init(enc)
 
     def forward(
-        self, src: Tensor, src_lengths: Tensor, tgt_in: Tensor, return_attention: bool = False
+        self,
+        src: Tensor,
+        src_lengths: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor | None = None,
+        label_smoothing: float = 0.0,
+        return_attention: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
-        """Teacher-forced logits (batch, tgt_len, vocab) for inputs tgt_in (batch, tgt_len) = <bos> y_1 ...;
-        with return_attention also the weights (batch, tgt_len, src_len)."""
+        """Teacher forcing on inputs tgt_in (batch, tgt_len) = <bos> y_1 ...
+
+        With the targets tgt_out (batch, tgt_len) = y_1 ... <eos>, PAD-padded: the summed token cross-entropy
+        in fp32 (see `summed_cross_entropy`; it is computed here so that DDP sees it inside `forward`).
+        Without: the logits (batch, tgt_len, vocab), with return_attention also the weights
+        (batch, tgt_len, src_len).
+        """
         enc = self.encode(src, src_lengths)
-        logits, _, weights = self.decoder(enc, self.init_state(enc), tgt_in)
+        features, _, weights = self.decoder(enc, self.init_state(enc), tgt_in)
+        if tgt_out is not None:
+            vocab_size = self.decoder.output.out_features
+            return summed_cross_entropy(self.logits, features, tgt_out, vocab_size, label_smoothing)
+        logits = self.logits(features)
         return (logits, weights) if return_attention else logits
+
+    def logits(self, features: Tensor) -> Tensor:
+        """The vocabulary projection of the decoder's features: (..., pre_output) -> (..., vocab)."""
+        return self.decoder.output(self.decoder.dropout_output(features))
 
     def step(
         self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor
@@ -55,8 +75,9 @@ class Seq2Seq(nn.Module):
 
         For attention `none` the weights are uniform over the real source positions (see attention.py).
         """
-        logits, state, weights = self.decoder(enc, state, y_prev.unsqueeze(1))
-        return torch.log_softmax(logits.squeeze(1).float(), dim=-1), state, weights.squeeze(1)
+        features, state, weights = self.decoder(enc, state, y_prev.unsqueeze(1))
+        logits = self.logits(features.squeeze(1))  # (batch, vocab)
+        return torch.log_softmax(logits.float(), dim=-1), state, weights.squeeze(1)
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:

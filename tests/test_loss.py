@@ -1,0 +1,62 @@
+"""The training loss: the chunked vocabulary projection + cross-entropy equals the one-block computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from seq2seq_attn.loss import summed_cross_entropy
+from seq2seq_attn.vocab import PAD_ID
+
+VOCAB, FEATURES = 11, 6
+
+
+def problem(seed: int = 0) -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
+    """A projection, features (3, 5, FEATURES) and targets with PAD tails of different lengths."""
+    torch.manual_seed(seed)
+    projection = nn.Linear(FEATURES, VOCAB)
+    features = torch.randn(3, 5, FEATURES, requires_grad=True)
+    targets = torch.randint(4, VOCAB, (3, 5))
+    targets[0, 3:] = PAD_ID
+    targets[2, 1:] = PAD_ID
+    return projection, features, targets
+
+
+def reference(projection: nn.Linear, features: torch.Tensor, targets: torch.Tensor, smoothing: float):
+    logits = projection(features).flatten(0, 1)
+    return F.cross_entropy(
+        logits, targets.flatten(), ignore_index=PAD_ID, reduction="sum", label_smoothing=smoothing
+    )
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("chunk_logits", [1, VOCAB * 4, VOCAB * 7, 10**6])  # 1 row, 4 rows, 7 rows, one
+def test_chunks_give_the_loss_and_gradients_of_one_block(chunk_logits: int, smoothing: float) -> None:
+    projection, features, targets = problem()
+    expected = reference(projection, features, targets, smoothing)
+    expected_grads = torch.autograd.grad(expected, [features, projection.weight])
+
+    chunked = summed_cross_entropy(projection, features, targets, VOCAB, smoothing, chunk_logits)
+    grads = torch.autograd.grad(chunked, [features, projection.weight])
+
+    assert chunked.dtype == torch.float32
+    torch.testing.assert_close(chunked, expected)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want)
+    assert (grads[0][2, 1:] == 0).all()  # PAD positions get no gradient
+
+
+def test_all_padding_costs_nothing() -> None:
+    projection, features, _ = problem()
+    targets = torch.full((3, 5), PAD_ID)
+    assert summed_cross_entropy(projection, features, targets, VOCAB, chunk_logits=VOCAB * 2).item() == 0.0
+
+
+def test_bf16_logits_are_summed_in_fp32() -> None:
+    projection, features, targets = problem()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = summed_cross_entropy(projection, features, targets, VOCAB, chunk_logits=VOCAB * 3)
+    assert loss.dtype == torch.float32
+    assert loss.item() == pytest.approx(reference(projection, features, targets, 0.0).item(), rel=0.02)
