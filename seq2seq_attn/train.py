@@ -457,14 +457,11 @@ class _Loop:
                     reason = f"early stopping: no improvement in {cfg.patience} validations"
             elif cfg.checkpoint_every and progress.step % cfg.checkpoint_every == 0:
                 self.save_latest()
-            if self.stop_signal is not None:
+            stop = self._agreed_signal()
+            if stop is not None:
                 self.save_latest()
-                console.warn(
-                    f"stopped by signal {self.stop_signal}; checkpoint saved at step {progress.step}"
-                )
-                raise KeyboardInterrupt(
-                    f"signal {self.stop_signal}: checkpoint saved at step {progress.step}"
-                )
+                console.warn(f"stopped by signal {stop}; checkpoint saved at step {progress.step}")
+                raise KeyboardInterrupt(f"signal {stop}: checkpoint saved at step {progress.step}")
             if stop_after is not None and updates_here >= stop_after:
                 return
         if reason and self.ranks.is_main:
@@ -475,6 +472,23 @@ class _Loop:
 
     def _on_signal(self, signum: int, frame) -> None:  # noqa: ARG002
         self.stop_signal = signum
+
+    def _agreed_signal(self) -> int | None:
+        """The signal that stops the run, the same on every rank, or None.
+
+        A single process stops after the update in which a signal arrived. Under DDP the ranks must stop
+        after the same update, or one would enter the checkpoint's gathers while another enters the next
+        update's all-reduce and both would wait forever; a signal may reach them between two updates (or
+        only one of them). So they compare their flags at log intervals, where the loop synchronises
+        anyway, and all stop when any rank was signalled: at most train.log_every updates later.
+        """
+        if self.ranks.world_size == 1:
+            return self.stop_signal
+        if self.progress.step % self.cfg.log_every:
+            return None
+        flags: list[int | None] = [None] * self.ranks.world_size
+        dist.all_gather_object(flags, self.stop_signal)
+        return next((flag for flag in flags if flag is not None), None)
 
     # -- validation and checkpoints ---------------------------------------------------------------------
 

@@ -251,21 +251,7 @@ def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
 
 @pytest.mark.slow
 def test_ddp_gloo_two_processes(workdir):
-    torchrun = Path(sys.executable).parent / "torchrun"
-    command = [
-        str(torchrun),
-        "--nproc_per_node=2",
-        "--standalone",
-        "-m",
-        "seq2seq_attn",
-        "--quiet",
-        "train",
-        str(workdir / "tiny.yaml"),
-        "--set",
-        "train.max_steps=12",
-        "--set",
-        "train.validate_every=6",
-    ]
+    command = torchrun_train(workdir, "train.max_steps=12", "train.validate_every=6")
     env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}  # a crashing rank prints its Python stack
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[:6000]
@@ -274,6 +260,52 @@ def test_ddp_gloo_two_processes(workdir):
     assert len(state["data"]) == 2 and state["data"][0] == state["data"][1]  # ranks step in lockstep
     model, _, _ = load_trained(workdir / "run")
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def torchrun_train(workdir: Path, *overrides: str) -> list[str]:
+    torchrun = Path(sys.executable).parent / "torchrun"
+    sets = [item for override in overrides for item in ("--set", override)]
+    head = [str(torchrun), "--nproc_per_node=2", "--standalone", "-m", "seq2seq_attn", "--quiet", "train"]
+    return [*head, str(workdir / "tiny.yaml"), *sets]
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The processes torchrun started (Linux /proc), oldest first."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return sorted(int(pid) for pid in children)
+
+
+@pytest.mark.slow
+def test_ddp_ranks_stop_together_when_one_rank_is_signalled(workdir):
+    """SIGTERM that reaches one rank only: both stop after the same update and a checkpoint is saved,
+    where a rank stopping alone would wait forever in the checkpoint's gathers."""
+    command = torchrun_train(
+        workdir, "train.max_steps=100000", "train.log_every=4", "train.validate_every=1000000"
+    )
+    env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        metrics_file = workdir / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(_lines(metrics_file)) < 2:
+            time.sleep(0.05)
+        assert len(_lines(metrics_file)) >= 2, "the DDP run logged nothing"
+        workers = worker_pids(process.pid)
+        assert len(workers) == 2
+        os.kill(workers[1], signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0
+    assert stderr.count("stopped by signal 15") == 2, stderr[-4000:]  # both ranks, one signal
+    state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
+    assert state["step"] % 4 == 0 and state["step"] >= 8  # at a log interval, after the logged ones
+    assert len(state["data"]) == 2 and state["data"][0] == state["data"][1]
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
 
 
 def test_tensorboard_events_when_installed(workdir, monkeypatch):
