@@ -9,11 +9,12 @@ import itertools
 import pytest
 import torch
 from torch.nn import functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq_attn.config import ModelConfig
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
-from seq2seq_attn.model.recurrent import RecurrentStack
+from seq2seq_attn.model.recurrent import RNN_CLASSES, RecurrentStack
 
 torch.set_num_threads(1)
 
@@ -179,6 +180,28 @@ def test_beams_share_one_encoder_row_per_sentence(attention, decoder):
     assert shared_lp.shape == (9, VOCAB) and shared_w.shape == (9, 7)
     torch.testing.assert_close(shared_lp, copied_lp)
     torch.testing.assert_close(shared_w, copied_w)
+
+
+@pytest.mark.parametrize("encoder", ["gru-bi-1", "lstm-bi-2", "gru-uni-2"])
+def test_encoder_equals_the_library_packed_rnn_and_loads_its_checkpoints(encoder):
+    """The per-direction, unpacked encoder computes what one packed library RNN computes, and checkpoints
+    written with that one RNN (`encoder.rnn.*`, before the per-direction layout) load into it."""
+    cell, bidirectional, layers = ENCODERS[encoder]
+    model = tiny_model(encoder, "bahdanau", "rnnsearch")
+    library = RNN_CLASSES[cell](8, 16, num_layers=layers, bidirectional=bidirectional, batch_first=True)
+    old_layout = {f"encoder.rnn.{key}": value for key, value in library.state_dict().items()}
+    kept = {key: value for key, value in model.state_dict().items() if not key.startswith("encoder.layers.")}
+    model.load_state_dict(kept | old_layout)
+
+    src, lengths, _ = batch()
+    annotations, _, final = model.encoder(src, lengths)
+    packed = pack_padded_sequence(model.encoder.embed(src), lengths, batch_first=True, enforce_sorted=False)
+    outputs, last = library(packed)
+    expected, _ = pad_packed_sequence(outputs, batch_first=True, total_length=src.size(1))
+    last = last[0] if cell == "lstm" else last  # LSTM: (h, c)
+    directions = 2 if bidirectional else 1
+    torch.testing.assert_close(annotations, expected)
+    torch.testing.assert_close(final, torch.cat(list(last[-directions:]), dim=-1))
 
 
 def test_autocast_casts_the_annotations_once_at_encoding():

@@ -113,7 +113,8 @@ def test_model_info_prints_modules_and_the_total():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[-1].split() == ["total", f"{RNNSEARCH:,}"]
-    for module in ("encoder.embed", "encoder.rnn", "decoder.attention", "decoder.maxout", "decoder.output"):
+    modules = ("encoder.embed", "encoder.layers", "decoder.attention", "decoder.maxout", "decoder.output")
+    for module in modules:
         assert any(line.startswith(module + " ") for line in lines), module
 
 

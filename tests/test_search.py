@@ -162,7 +162,9 @@ def test_precision_runs_the_search_in_bf16_when_asked(copy_model, precision: str
     assert len(same) >= 10  # bf16 keeps 8 bits of mantissa: a rare near-tie may go the other way
     for low, full in zip(searched, exact, strict=True):
         if low[0].tokens == full[0].tokens:
-            assert low[0].score == pytest.approx(full[0].score, abs=0.05)
+            # logits of magnitude ~10-20 keep about 3 significant digits in bf16: a token that is not
+            # near-certain may move its log-probability by several hundredths
+            assert low[0].score == pytest.approx(full[0].score, abs=0.1)
 
 
 @pytest.mark.parametrize(("min_len", "max_len_a", "max_len_b"), [(0, 0.0, 3), (4, 0.5, 2), (9, 0.0, 5)])
