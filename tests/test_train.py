@@ -3,6 +3,7 @@ atomic checkpoints, exact resume after SIGKILL, refused resume, and DDP with glo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -284,6 +285,7 @@ def test_ddp_ranks_stop_together_when_one_rank_is_signalled(workdir):
     )
     env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    workers: list[int] = []
     try:
         metrics_file = workdir / "run" / "metrics.jsonl"
         deadline = time.monotonic() + 120
@@ -294,7 +296,10 @@ def test_ddp_ranks_stop_together_when_one_rank_is_signalled(workdir):
         assert len(workers) == 2
         os.kill(workers[1], signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
-    finally:
+    finally:  # a hung run: torchrun and its workers (each in a session of its own) must not outlive the test
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode != 0
