@@ -9,6 +9,7 @@ import atexit
 import json
 import os
 import runpy
+import signal
 import sys
 
 sys.path.pop(0)  # this folder: its module names must not shadow the toolkit's imports
@@ -29,6 +30,10 @@ def main() -> None:
     if not args:
         sys.exit(__doc__)
     atexit.register(_record)
+    # The benchmark stops training with SIGINT at the budget. A process started in the background of a
+    # non-interactive shell (`nohup make bench &`) inherits SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler: the toolkit would train on to the SIGTERM that follows.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
