@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from seq2seq_attn.config import load_config  # noqa: E402
+from seq2seq_attn.device import bf16_autocast  # noqa: E402
 from seq2seq_attn.io import write_json, write_text  # noqa: E402
 from seq2seq_attn.model import build_model  # noqa: E402
 from seq2seq_attn.search import beam_search  # noqa: E402
@@ -124,7 +125,7 @@ def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: boo
     lengths = torch.full((shapes.batch,), shapes.src_len, device=device)
     tgt = torch.randint(FIRST_ID, shapes.vocab, (shapes.batch, shapes.tgt_len + 1), device=device)
     tgt[:, 0] = BOS_ID
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+    autocast = bf16_autocast(device.type, precision == "bf16")
 
     def update() -> None:
         with autocast:

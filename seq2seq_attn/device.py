@@ -22,3 +22,9 @@ def uses_bf16(precision: str, device: torch.device) -> bool:
     """`bf16`, or `auto` on CUDA: bf16 autocast. `auto` stays fp32 on CPU, where exact resume and
     batch-invariant search are fp32 guarantees (bf16 there is opt-in: fast only with AVX-512 BF16 / AMX)."""
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+def bf16_autocast(device_type: str, enabled: bool) -> torch.autocast:
+    """The one mixed-precision context of training, validation and search: bf16 autocast when enabled
+    (see `uses_bf16`); a no-op context otherwise."""
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=enabled)

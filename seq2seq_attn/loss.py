@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .batching import Batch
+from .device import bf16_autocast
 from .vocab import PAD_ID
 
 # Logits per chunk of `summed_cross_entropy`, by device type. On a CPU the whole (tokens x vocab) block
@@ -26,7 +27,7 @@ DEFAULT_CHUNK_LOGITS = 2**26
 
 def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) -> Tensor:
     """Teacher-forced forward pass (bf16 autocast when asked) and the summed token loss, in fp32."""
-    with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=bf16):
+    with bf16_autocast(batch.src.device.type, bf16):
         return model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, label_smoothing)
 
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .config import DecodeConfig
-from .device import uses_bf16
+from .device import bf16_autocast, uses_bf16
 from .errors import UserError
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -270,7 +270,7 @@ def translate_ids(
     try:
         for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget):
             src, lengths = pad_sources([src_ids[i] for i in batch], device)
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            with bf16_autocast(device.type, bf16):
                 searched = beam_search(model, src, lengths, decode_cfg, with_attention)
             for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps
