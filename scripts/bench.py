@@ -59,7 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--batch", type=int, default=64, help="sentences per batch")
     add("--beam", type=int, default=5, help="beam width")
     add("--max-len", type=int, default=100, help="skip training pairs longer than this many pieces")
-    add("--max-output", type=int, default=150, help="generate at most this many pieces")
+    add(
+        "--max-output-ratio",
+        type=float,
+        default=1.5,
+        help="generate at most this many pieces per source piece, + 5 (OpenNMT-py's -max_length_ratio)",
+    )
     add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent for all toolkits")
     add("--device", choices=["auto", "cpu", "cuda"], default="auto")
     add("--threads", type=int, default=0, help="OMP/MKL threads of every process (0: torch's default)")
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
         batch=args.batch,
         beam=args.beam,
         max_len=args.max_len,
-        max_output=args.max_output,
+        output_ratio=args.max_output_ratio,
         alpha=args.alpha,
         log_every=args.log_every,
         max_steps=args.max_steps,

@@ -6,6 +6,7 @@ formats are checked on excerpts of real log lines. Our side runs end to end on a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -25,7 +26,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench import logs, report  # noqa: E402
 from bench.measure import Job, Measured, launched, run_job  # noqa: E402
-from bench.toolkits import JoeyNMT, OpenNMT, Pieces, Settings, export_pieces, fill  # noqa: E402
+from bench.toolkits import (  # noqa: E402
+    JoeyNMT,
+    OpenNMT,
+    Ours,
+    Pieces,
+    Settings,
+    Skip,
+    export_pieces,
+    fill,
+)
 from conftest import TINY_MODEL, tiny_config, write_corpus  # noqa: E402
 
 from seq2seq_attn.vocab import build_vocab  # noqa: E402
@@ -151,7 +161,7 @@ def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
             "beam": 5,
             "alpha": 0.6,
             "max_len": 100,
-            "max_output": 100,
+            "max_output_ratio": 1.5,
         },
         "corpus": {"id": corpus, "name": corpus, "pairs": {"train": 20000, "valid": 500, "test": 1000}},
         "toolkits": {
@@ -319,7 +329,7 @@ SETTINGS = Settings(
     batch=64,
     beam=5,
     max_len=100,
-    max_output=120,
+    output_ratio=1.5,
     alpha=0.6,
     log_every=25,
     max_steps=0,
@@ -344,7 +354,7 @@ def test_peer_configs_are_complete_and_matched(peer, tmp_path):
         train, test, model = config["training"], config["testing"], config["model"]
         assert (train["batch_size"], train["logging_freq"], test["beam_size"]) == (64, 25, 1)
         assert (test["max_output_length"], test["beam_alpha"], config["data"]["src"]["max_length"]) == (
-            120,
+            -1,
             0.6,
             100,
         )
@@ -363,6 +373,28 @@ def test_peer_configs_are_complete_and_matched(peer, tmp_path):
         assert config["data"]["corpus_1"]["path_tgt"] == f"{tmp_path / 'peer-data'}/train.tgt"
         assert config["save_model"] == f"{folder / 'model'}/gru"
         assert (config["hidden_size"], config["word_vec_size"], config["gpu_ranks"]) == (256, 128, [])
+
+
+def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
+    """OpenNMT-py's -max_length_ratio R allows R x source + 5 pieces (its translator adds 5), and its
+    absolute -max_length (250 by default) must not cut in first; ours gets a = R, b = 5."""
+    peer_dir = tmp_path / "peer-data"
+    peer_dir.mkdir()
+    (peer_dir / "test.src").write_text("a b c\nd e f g h\n", encoding="utf-8")
+    folder = tmp_path / "rep1"
+    opennmt = OpenNMT(tmp_path / "cache", peer_dir, None, SETTINGS, "2.13.0")
+    argv = opennmt.decode_job(folder / "opennmt", 5, tmp_path / "o.txt").argv
+    options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
+    assert float(options["-max_length_ratio"]) == 1.5 and int(options["-max_length"]) > 10**6
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data", peer_dir)
+    argv = ours.decode_job(folder / "ours", 5, tmp_path / "h.txt").argv
+    options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
+    assert (float(options["--max-len-a"]), int(options["--max-len-b"])) == (1.5, 5)
+    assert options["--batch-tokens"] == str(64 * 5)  # 64 sentences of 4 pieces + EOS on average
+
+    other = dataclasses.replace(SETTINGS, output_ratio=1.25)
+    with pytest.raises(Skip, match="only at 1.5"):
+        JoeyNMT(tmp_path / "cache", peer_dir, None, other, "2.13.0").setup(install=False)
 
 
 def test_peers_get_our_pieces_and_their_output_detokenises_like_ours(tmp_path):

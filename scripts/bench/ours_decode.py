@@ -31,7 +31,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, required=True, help="detokenised translations")
     parser.add_argument("--beam", type=int, required=True, help="beam width (1: greedy)")
     parser.add_argument("--batch-tokens", type=int, required=True, help="padded source tokens per batch")
-    parser.add_argument("--max-output", type=int, required=True, help="generated tokens at most")
+    parser.add_argument("--max-len-a", type=float, required=True, help="generated tokens at most: a x source")
+    parser.add_argument("--max-len-b", type=int, required=True, help="... + b")
     parser.add_argument("--alpha", type=float, required=True, help="GNMT length-penalty exponent")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -44,8 +45,8 @@ def main() -> None:
         nbest=1,
         length_penalty="gnmt",
         alpha=args.alpha,
-        max_len_a=0.0,
-        max_len_b=args.max_output,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
         min_len=0,
         no_repeat_ngram=0,
         batch_tokens=args.batch_tokens,

@@ -197,7 +197,7 @@ def _context(result: dict[str, Any]) -> list[str]:
         f"sentences; pairs up to {s['max_len']} pieces; steady state = mean over updates {s['warmup']}-"
         f"{s['warmup'] + s['steps']} (intervals of {s['log_every']})",
         f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; outputs up to "
-        f"{s['max_output']} pieces",
+        + _output_bound(s),
     ]
 
 
@@ -239,6 +239,16 @@ METHOD = """How it is measured:
 - Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
 - Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the
   no-attention model (`--baseline` config) trained over the same window of updates.""".splitlines()
+
+
+def _output_bound(settings: dict[str, Any]) -> str:
+    """The output-length rule of the run (`max_output`: an absolute bound, in results before session 4)."""
+    if "max_output_ratio" not in settings:
+        return f"{settings['max_output']} pieces"
+    return (
+        f"{settings['max_output_ratio']:g} x source pieces + 5 (JoeyNMT: 1.5 x the batch's longest source, "
+        "its only relative bound)"
+    )
 
 
 def _version(toolkit: dict[str, Any]) -> str:

@@ -34,6 +34,10 @@ from .measure import Job, Measured, launched, package_version, run_job
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "peers"
 OURS_DECODE = HERE / "ours_decode.py"
+# OpenNMT-py bounds an output by -max_length_ratio x source length + 5 (translator.py) and JoeyNMT by
+# 1.5 x the batch's longest source (max_output_length: -1); ours takes the same bound as max_len_a, max_len_b.
+OUTPUT_EXTRA = 5
+JOEYNMT_RATIO = 1.5  # the only ratio JoeyNMT 2.3.0 offers
 NEVER = 10**9  # a step count no run reaches: the budget (SIGINT) or --max-steps ends training
 PEER_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours -> the peers' file names
 
@@ -50,7 +54,7 @@ class Settings:
     batch: int  # sentences per training batch; per decoding batch for the peers
     beam: int
     max_len: int  # training pairs with more pieces than this on either side are skipped
-    max_output: int  # generated pieces at most
+    output_ratio: float  # generated pieces at most: output_ratio x source pieces + OUTPUT_EXTRA
     alpha: float  # GNMT length-penalty exponent: score = log p / ((5 + length) / 6) ** alpha
     log_every: int  # updates per throughput interval
     max_steps: int  # 0: only the wall-clock budget ends training
@@ -179,8 +183,8 @@ class Ours(Toolkit):
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
         options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
-        options |= {"--beam": beam, "--batch-tokens": self.batch_tokens, "--max-output": s.max_output}
-        options |= {"--alpha": s.alpha, "--device": s.device}
+        options |= {"--beam": beam, "--batch-tokens": self.batch_tokens, "--alpha": s.alpha}
+        options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA, "--device": s.device}
         return Job(launched(sys.executable, [str(OURS_DECODE), *_flat(options)]), hyp.with_suffix(".log"))
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
@@ -255,10 +259,15 @@ class JoeyNMT(Peer):
     key, label, module, template = logs.JOEYNMT, "JoeyNMT 2.3.0", "joeynmt", "joeynmt.yaml"
     requirements = [["joeynmt==2.3.0", "importlib_metadata"]]  # the latter is an undeclared dependency
 
+    def setup(self, install: bool) -> None:
+        if self.settings.output_ratio != JOEYNMT_RATIO:
+            raise Skip(f"it bounds outputs relative to the source only at {JOEYNMT_RATIO} x the source")
+        super().setup(install)
+
     def config(self, folder: Path, name: str, beam: int) -> Path:
         s = self.settings
         values = {"RUN": folder / "model", "CUDA": s.device == "cuda", "BEAM": beam}
-        values |= {"ALPHA": s.alpha, "MAX_OUTPUT": s.max_output}
+        values |= {"ALPHA": s.alpha, "MAX_OUTPUT": -1}  # JOEYNMT_RATIO x the batch's longest source
         return self.render(folder / f"joeynmt.{name}.yaml", values)
 
     def train_job(self, folder: Path) -> Job:
@@ -337,7 +346,8 @@ class OpenNMT(Peer):
         s = self.settings
         options = {"-model": self.checkpoint(folder), "-src": self.peer_dir / "test.src", "-output": hyp}
         options |= {"-beam_size": beam, "-batch_size": s.batch, "-batch_type": "sents"}
-        options |= {"-max_length": s.max_output, "-min_length": 0, "-length_penalty": "wu", "-alpha": s.alpha}
+        options |= {"-max_length": NEVER, "-max_length_ratio": s.output_ratio, "-min_length": 0}
+        options |= {"-length_penalty": "wu", "-alpha": s.alpha}
         options |= {"-gpu": 0} if s.device == "cuda" else {}
         target = ["-m", "onmt.bin.translate", *_flat(options), "-report_time"]
         return Job(launched(self.python, target), hyp.with_suffix(".log"), env=self.env)
