@@ -78,17 +78,23 @@ class Attention(nn.Module):
             context = enc.context.unsqueeze(1).expand(-1, queries, -1)
             return context, uniform_weights(enc.mask, queries)
         if self.kind in ADDITIVE:
-            # e_ij = v_a^T tanh(W_a s + U_a h_j), written with tanh(x) = 2 sigmoid(2x) - 1: the same numbers,
-            # but PyTorch's CPU sigmoid is several times faster than its tanh, and this is the largest
-            # elementwise operation of training and search.
-            query = self.query_proj(query).unsqueeze(2)  # (batch, queries, 1, dim)
-            keys = enc.keys.unsqueeze(1)  # (batch, 1, src_len, dim)
-            half = torch.add(2 * query, keys, alpha=2).sigmoid_()  # (1 + tanh(W_a s + U_a h_j)) / 2
-            scores = 2 * (half @ self.v) - self.v.sum()  # (batch, queries, src_len)
+            _, scores = additive_scores(self.query_proj(query), enc.keys, self.v)
         else:  # dot, general: e_ij = h_t^T (W_a) h_j
             scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, queries, src_len)
         weights = masked_softmax(scores, enc.mask)
         return torch.bmm(weights, enc.annotations), weights  # c_i = sum_j alpha_ij h_j
+
+
+def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """e_ij = v_a^T tanh(W_a s_i + U_a h_j) (eq. 6) for projected queries W_a s (batch, queries, dim) and
+    keys U_a h_j + b (batch, src_len, dim). Returns sigma = (1 + tanh(...)) / 2 (batch, queries, src_len,
+    dim), which the hand-written backward of model/fused.py reuses, and e (batch, queries, src_len).
+
+    Written with tanh(x) = 2 sigmoid(2x) - 1: the same numbers, but PyTorch's CPU sigmoid is several times
+    faster than its tanh, and this is the largest elementwise operation of training and search.
+    """
+    half = torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2).sigmoid_()
+    return half, 2 * (half @ v) - v.sum()  # (batch, queries, src_len)
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:

@@ -7,6 +7,8 @@ two paths are the same code. Inside, everything that does not depend on the recu
 outside the time loop: the embeddings and their gate projections before it, the deep output / attentional
 layer and the vocabulary projection for all steps after it. When the recurrence does not read attention
 (RNNencdec, Luong without input feeding) there is no Python loop at all: one cuDNN call runs all steps.
+When training RNNsearch with a one-layer GRU and additive attention, the loop is one autograd Function
+with a hand-written backward (fused.py); search, and every other configuration, run it step by step.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from . import fused
 from .attention import Attention
 from .encoder import PAD
 from .recurrent import RecurrentStack
@@ -102,9 +105,16 @@ class RNNSearchDecoder(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
         """The time loop: attention from s_{i-1}, then s_i. Returns the stacked s_{i-1}, c_i, alpha_i and
         the final hidden and cell states."""
+        static_gates = self.rnn.project_static(embedded)  # W E y_{i-1} + b for every i: (batch, steps, gates)
+        one_row_each = state.hidden.size(0) == enc.mask.size(0)  # not beams that share encoder rows
+        if torch.is_grad_enabled() and one_row_each and fused.applies(self):  # training: backward by hand
+            s0 = state.hidden[:, 0]
+            previous, contexts, weights, s = fused.attentive_gru(
+                self, enc.keys, enc.annotations, enc.mask, static_gates, s0
+            )
+            return previous, contexts, weights, s.unsqueeze(1), None
         rnn_weights = self.rnn.step_weights()
-        # W E y_{i-1} + b for every i, one (batch, gates) tensor per step (unbind: one backward op, not T)
-        static_gates = self.rnn.project_static(embedded).unbind(1)
+        static_gates = static_gates.unbind(1)  # one (batch, gates) tensor per step: one backward op, not T
         hidden = list(state.hidden.unbind(1))
         cell = list(state.cell.unbind(1)) if state.cell is not None else None
         previous, contexts, weights = [], [], []

@@ -129,13 +129,18 @@ class RecurrentStack(nn.Module):
 
 
 def gru_update(gates_x: Tensor, gates_h: Tensor, h: Tensor) -> Tensor:
-    """h' = (1 - z) * n + z * h, n = tanh(x_n + r * h_n), r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z)."""
+    """h' = (1 - z) * n + z * h."""
+    _, z, n = gru_gates(gates_x, gates_h)
+    return n + z * (h - n)
+
+
+def gru_gates(gates_x: Tensor, gates_h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """r, z = sigmoid(x_r + h_r), sigmoid(x_z + h_z); n = tanh(x_n + r * h_n)."""
     x_r, x_z, x_n = gates_x.chunk(3, dim=-1)
     h_r, h_z, h_n = gates_h.chunk(3, dim=-1)
     r = torch.sigmoid(x_r + h_r)
     z = torch.sigmoid(x_z + h_z)
-    n = torch.tanh(x_n + r * h_n)
-    return n + z * (h - n)
+    return r, z, torch.tanh(x_n + r * h_n)
 
 
 def lstm_update(gates_x: Tensor, gates_h: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:

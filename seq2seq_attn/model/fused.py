@@ -1,0 +1,135 @@
+"""RNNsearch's training recurrence (one-layer GRU, additive attention) as one autograd Function.
+
+Why: teacher-forced training runs the time loop of `RNNSearchDecoder._recur` under autograd, which records
+some 25 small operators per step and, in backward, multiplies every weight's gradient step by step
+(dW_hh += dg_i^T s_{i-1}, a (3 hidden x batch) @ (batch x hidden) product per step) and adds each step's
+full-size gradient of the annotations and keys. This Function runs the same equations with a hand-written
+backward, as cuDNN does for its own RNNs: the loop only carries what is recurrent (ds_{i-1}), and the weight
+and annotation gradients are one large product each after the loop, over all steps at once.
+
+Used by the decoder when gradients are needed and the configuration is this one (`applies`); search and
+every other configuration run the step-by-step code. tests/test_fused.py checks it against that code,
+values and gradients, in float64.
+
+Forward, step i (Bahdanau et al. 2014, eqs. 5-6 and A.1.1, in PyTorch's GRU form, see recurrent.py):
+    e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
+    [r; z; n] from x_i = (W E y_{i-1} + b) + C c_i and g_i = U s_{i-1} + b_h,  s_i = n + z (s_{i-1} - n)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .attention import ADDITIVE, additive_scores, masked_softmax
+from .recurrent import gru_gates
+
+
+def applies(decoder) -> bool:
+    """Whether `attentive_gru` computes this RNNsearch decoder's recurrence."""
+    rnn = decoder.rnn
+    return decoder.attention.kind in ADDITIVE and not rnn.is_lstm and rnn.num_layers == 1
+
+
+def attentive_gru(
+    decoder, keys: Tensor, annotations: Tensor, mask: Tensor, static_gates: Tensor, s0: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The recurrence of `RNNSearchDecoder._recur` for decoders where `applies`.
+
+    keys (batch, src_len, dim) = U_a h_j + b; annotations (batch, src_len, annotation); mask (batch, src_len);
+    static_gates (batch, steps, 3 hidden) = W E y_{i-1} + b; s0 (batch, hidden). Returns s_0 .. s_{T-1}
+    (batch, steps, hidden), c_i (batch, steps, annotation), alpha_i (batch, steps, src_len) and s_T.
+    """
+    rnn, attention = decoder.rnn.rnn, decoder.attention
+    w_context = rnn.weight_ih_l0[:, decoder.rnn.static_size :]  # C: the columns that read c_i
+    weights = (attention.query_proj.weight, attention.v, w_context, rnn.weight_hh_l0, rnn.bias_hh_l0)
+    return AttentiveGRU.apply(keys, annotations, mask, static_gates, s0, *weights)
+
+
+class AttentiveGRU(torch.autograd.Function):
+    """Precision: the matrix products run in the compute dtype (bf16 under autocast), but attention's
+    elementwise work, its softmax and its small per-sentence products (batch x 1 x src_len @ src_len x
+    annotation) run in fp32 at least: on a CPU those are faster in fp32 than in bf16, and more exact."""
+
+    @staticmethod
+    def forward(ctx, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
+        device_type = static_gates.device.type
+        autocast = torch.is_autocast_enabled(device_type)
+        dtype = torch.get_autocast_dtype(device_type) if autocast else static_gates.dtype
+        wide = torch.promote_types(dtype, torch.float32)
+        # Autocast would re-cast the weights at every step; cast every operand once, here, instead.
+        static_gates, s, w_query, w_context, w_hh, b_hh = (
+            x.to(dtype) for x in (static_gates, s0, w_query, w_context, w_hh, b_hh)
+        )
+        keys, annotations, v = keys.to(wide), annotations.to(wide), v.to(wide)
+        batch, steps, hidden = static_gates.size(0), static_gates.size(1), s.size(1)
+        previous = static_gates.new_empty(batch, steps, hidden)  # s_{i-1}
+        contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_i
+        alphas = annotations.new_empty(batch, steps, mask.size(1))  # alpha_i
+        gates = static_gates.new_empty(
+            steps, 4, batch, hidden
+        )  # r, z, n and U_n s_{i-1} + b_hn, for backward
+        halves = []  # sigmoid(2 (W_a s_{i-1} + U_a h_j)) (batch, src_len, dim) per step, for backward
+        with torch.autocast(device_type, enabled=False):
+            for i in range(steps):
+                previous[:, i] = s
+                half, scores = additive_scores((s @ w_query.T).to(wide).unsqueeze(1), keys, v)
+                halves.append(half.squeeze(1))
+                alpha = masked_softmax(scores, mask)  # (batch, 1, src_len)
+                context = torch.bmm(alpha, annotations).squeeze(1)  # (batch, annotation)
+                gates_h = torch.addmm(b_hh, s, w_hh.T)
+                r, z, n = gru_gates(torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), gates_h)
+                s = n + z * (s - n)
+                alphas[:, i] = alpha.squeeze(1)
+                contexts[:, i] = context
+                torch.stack([r, z, n, gates_h[:, 2 * hidden :]], out=gates[i])
+        ctx.save_for_backward(annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
+        ctx.halves = halves
+        return previous, contexts.to(dtype), alphas, s
+
+    @staticmethod
+    def backward(ctx, *grads):
+        annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates = ctx.saved_tensors
+        # (the engine casts the gradients returned below to each input's own dtype)
+        dtype, wide = previous.dtype, annotations.dtype
+        d_previous, d_contexts, d_alphas, ds = (x.to(dtype) for x in grads)
+        d_alphas = d_alphas.to(wide)
+        steps, batch, hidden = gates.size(0), gates.size(2), gates.size(3)
+        d_static = previous.new_empty(batch, steps, 3 * hidden)  # d x_i (x_i = W E y_{i-1} + b + C c_i)
+        d_gates_h = previous.new_empty(steps, batch, 3 * hidden)  # d g_i
+        d_queries = previous.new_empty(steps, batch, w_query.size(0))  # d (W_a s_{i-1})
+        d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
+        d_keys = torch.zeros_like(ctx.halves[0])  # (batch, src_len, dim)
+        d_v = torch.zeros_like(v)
+        for i in reversed(range(steps)):
+            r, z, n, h_n = gates[i]
+            s_prev = previous[:, i]
+            # s_i = n + z (s_{i-1} - n); n = tanh(x_n + r h_n); r, z = sigmoid(.)
+            d_n = ds * (1 - z) * (1 - n * n)
+            d_z = ds * (s_prev - n) * z * (1 - z)
+            d_r = d_n * h_n * r * (1 - r)
+            d_static[:, i] = torch.cat([d_r, d_z, d_n], dim=1)
+            d_gates_h[i] = torch.cat([d_r, d_z, d_n * r], dim=1)
+            d_c = torch.addmm(d_contexts[:, i], d_static[:, i], w_context).to(wide)  # (batch, annotation)
+            d_context[:, i] = d_c
+            # c_i = sum_j alpha_ij h_j; alpha_i = softmax(e_i) (padding has alpha = 0, so it gets d e = 0)
+            alpha = alphas[:, i]
+            d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1) + d_alphas[:, i]
+            d_e = alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))  # (batch, src_len)
+            # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)); the - sum v term adds
+            # sum_j d_e_ij = 0 to d v (a softmax gradient sums to 0 per row)
+            half = ctx.halves[i]  # (batch, src_len, dim)
+            d_v += 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0)
+            d_pre = 2 * torch.ops.aten.sigmoid_backward((2 * d_e).unsqueeze(2) * v, half)  # d(q_i + k_j)
+            d_keys += d_pre
+            d_queries[i] = d_pre.sum(1)
+            ds = ds * z + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
+        # The weight and annotation gradients: one product each over all steps.
+        flat_previous = previous.transpose(0, 1).reshape(steps * batch, hidden)  # step-major, like d_gates_h
+        d_gates_h = d_gates_h.view(steps * batch, -1)
+        d_w_hh = d_gates_h.T @ flat_previous
+        d_w_query = d_queries.view(steps * batch, -1).T @ flat_previous
+        d_w_context = d_static.flatten(0, 1).T @ contexts.flatten(0, 1).to(dtype)
+        d_annotations = torch.bmm(alphas.transpose(1, 2), d_context)  # (batch, src_len, annotation)
+        weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
+        return d_keys, d_annotations, None, d_static, ds, *weights

@@ -1,0 +1,89 @@
+"""The hand-written backward of the RNNsearch recurrence (model/fused.py) against autograd on the
+step-by-step code: the same outputs and the same gradient for every input and weight."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_model import batch, tiny_model
+
+from seq2seq_attn.model import fused
+
+
+def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tuple[list, list]:
+    """The decoder's loop outputs (s_{i-1}, c_i, alpha_i, s_T) and, for a fixed random weighting of all of
+    them, the gradients of every parameter and of the encoder output and embeddings fed to the loop."""
+    monkeypatch.setattr(fused, "applies", lambda decoder: use_fused)
+    decoder = model.decoder
+    enc = model.encode(src, lengths)
+    embedded = decoder.embed(tgt_in)
+    leaves = [enc.keys, enc.annotations, embedded]
+    for leaf in leaves:
+        leaf.retain_grad()
+    state = decoder.init(enc)
+    outputs = decoder._recur(enc, state, embedded)[:4]
+    generator = torch.Generator().manual_seed(3)
+    total = sum((out * torch.randn(out.shape, generator=generator).to(out.dtype)).sum() for out in outputs)
+    total.backward()
+    grads = [leaf.grad for leaf in leaves] + [p.grad for _, p in sorted(model.named_parameters())]
+    return list(outputs), grads
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "concat"])
+@pytest.mark.parametrize("encoder", ["gru-bi-1", "gru-uni-1"])
+def test_fused_recurrence_equals_autograd_in_float64(encoder, attention, monkeypatch):
+    model = tiny_model(encoder, attention, "rnnsearch").double().train()
+    assert fused.applies(model.decoder)
+    src, lengths, tgt_in = batch()
+    runs = []
+    for use_fused in (True, False):
+        model.zero_grad(set_to_none=True)
+        runs.append(recurrence(model, src, lengths, tgt_in, use_fused, monkeypatch))
+    (outputs, grads), (want_outputs, want_grads) = runs
+    for got, want in zip(outputs, want_outputs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    names = ["keys", "annotations", "embedded"] + [name for name, _ in sorted(model.named_parameters())]
+    for name, got, want in zip(names, grads, want_grads, strict=True):
+        assert (got is None) == (want is None), name
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, msg=name)
+    assert grads[0][1, 3:].abs().sum() == 0  # the padding of sentence 2 (length 3) gets no gradient
+
+
+def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(monkeypatch):
+    """bf16 rounds differently in the two codes; both must be as close to the float64 result."""
+    src, lengths, tgt_in = batch()
+    exact = recurrence(tiny_model().double().train(), src, lengths, tgt_in, False, monkeypatch)
+    errors = []
+    for use_fused in (True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            outputs, grads = recurrence(tiny_model().train(), src, lengths, tgt_in, use_fused, monkeypatch)
+        errors.append(
+            [
+                ((got.double() - want).norm() / want.norm()).item()
+                for got, want in zip(outputs + grads, exact[0] + exact[1], strict=True)
+                if want is not None
+            ]
+        )
+    fused_errors, autograd_errors = errors
+    assert max(autograd_errors) < 0.2
+    for got, reference in zip(fused_errors, autograd_errors, strict=True):
+        assert got <= 1.25 * reference + 0.01
+
+
+def test_training_loss_uses_the_fused_recurrence_only_when_gradients_are_needed(monkeypatch):
+    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch").train()
+    calls = []
+    original = fused.attentive_gru
+    monkeypatch.setattr(fused, "attentive_gru", lambda *a: calls.append(1) or original(*a))
+    src, lengths, tgt_in = batch()
+    targets = tgt_in.roll(-1, 1)
+    model(src, lengths, tgt_in, targets).backward()
+    assert calls == [1]
+    with torch.no_grad():
+        model(src, lengths, tgt_in, targets)
+    assert calls == [1]
+    lstm = tiny_model("lstm-bi-1", "bahdanau", "rnnsearch")
+    general = tiny_model("gru-bi-1", "general", "rnnsearch")
+    two_layers = tiny_model("gru-bi-2", "bahdanau", "rnnsearch")
+    assert not any(fused.applies(m.decoder) for m in (lstm, general, two_layers))
