@@ -28,3 +28,12 @@ def bf16_autocast(device_type: str, enabled: bool) -> torch.autocast:
     """The one mixed-precision context of training, validation and search: bf16 autocast when enabled
     (see `uses_bf16`); a no-op context otherwise."""
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def attention_dtype(device_type: str) -> torch.dtype:
+    """The dtype of attention's scores, softmax and context products under autocast.
+
+    On a CPU these are elementwise work and small per-sentence products (batch x 1 x src_len @ src_len x
+    annotation), which run faster in fp32 than in bf16 there (docs/SPEED.md); on a GPU, the autocast dtype.
+    """
+    return torch.float32 if device_type == "cpu" else torch.get_autocast_dtype(device_type)

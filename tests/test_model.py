@@ -204,15 +204,18 @@ def test_encoder_equals_the_library_packed_rnn_and_loads_its_checkpoints(encoder
     torch.testing.assert_close(final, torch.cat(list(last[-directions:]), dim=-1))
 
 
-def test_autocast_casts_the_annotations_once_at_encoding():
-    """Under bf16 autocast the annotations come out in bf16, so no decoder step casts them again."""
+def test_autocast_encodes_what_attention_reads_once_in_its_dtype():
+    """Under bf16 autocast on a CPU the annotations and keys are fp32 (device.attention_dtype), cast once at
+    encoding, so no decoder step casts them again; the GRU's products still run in bf16."""
     model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch")
-    src, lengths, _ = batch()
-    assert model.encode(src, lengths).annotations.dtype == torch.float32
+    src, lengths, tgt_in = batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         enc = model.encode(src, lengths)
-    assert enc.annotations.dtype == torch.bfloat16
+        features, state, weights = model.decoder(enc, model.init_state(enc), tgt_in)
+    assert enc.annotations.dtype == enc.keys.dtype == torch.float32
     assert (enc.annotations[1, 3:] == 0).all()  # padding stays exactly zero
+    assert weights.dtype == torch.float32 and (weights[1, :, 3:] == 0).all()
+    assert features.dtype == state.hidden.dtype == torch.bfloat16
 
 
 OVERFIT = [(e, a, d) for a, d in itertools.product(ATTENTIONS, DECODERS) for e in ["gru-bi-1"]] + [

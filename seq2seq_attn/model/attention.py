@@ -78,11 +78,16 @@ class Attention(nn.Module):
             context = enc.context.unsqueeze(1).expand(-1, queries, -1)
             return context, uniform_weights(enc.mask, queries)
         if self.kind in ADDITIVE:
-            _, scores = additive_scores(self.query_proj(query), enc.keys, self.v)
-        else:  # dot, general: e_ij = h_t^T (W_a) h_j
-            scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, queries, src_len)
-        weights = masked_softmax(scores, enc.mask)
-        return torch.bmm(weights, enc.annotations), weights  # c_i = sum_j alpha_ij h_j
+            query = self.query_proj(query)  # W_a s
+        dtype = enc.annotations.dtype  # attention's own dtype, chosen at encoding (device.attention_dtype)
+        with torch.autocast(query.device.type, enabled=False):
+            query = query.to(dtype)
+            if self.kind in ADDITIVE:
+                _, scores = additive_scores(query, enc.keys, self.v.to(dtype))
+            else:  # dot, general: e_ij = h_t^T (W_a) h_j
+                scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, queries, src_len)
+            weights = masked_softmax(scores, enc.mask)
+            return torch.bmm(weights.to(dtype), enc.annotations), weights  # c_i = sum_j alpha_ij h_j
 
 
 def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -99,8 +104,9 @@ def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> tuple[Tensor, Ten
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     """Softmax over the last dim of scores (batch, steps, src_len), exactly 0 where mask (batch, src_len)
-    is False. Every row must have at least one real position."""
-    return scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(dim=-1)
+    is False, in fp32 at least. Every row must have at least one real position."""
+    dtype = torch.promote_types(scores.dtype, torch.float32)
+    return scores.masked_fill(~mask.unsqueeze(1), float("-inf")).softmax(dim=-1, dtype=dtype)
 
 
 def uniform_weights(mask: Tensor, steps: int) -> Tensor:

@@ -47,36 +47,37 @@ def attentive_gru(
 
 
 class AttentiveGRU(torch.autograd.Function):
-    """Precision: the matrix products run in the compute dtype (bf16 under autocast), but attention's
-    elementwise work, its softmax and its small per-sentence products (batch x 1 x src_len @ src_len x
-    annotation) run in fp32 at least: on a CPU those are faster in fp32 than in bf16, and more exact."""
+    """Precision: the GRU's matrix products run in the compute dtype (bf16 under autocast); attention runs
+    in the dtype of the annotations and keys (`device.attention_dtype`: fp32 on a CPU), as in the step path,
+    with its softmax and the softmax's gradient in fp32 at least."""
 
     @staticmethod
     def forward(ctx, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
         device_type = static_gates.device.type
         autocast = torch.is_autocast_enabled(device_type)
         dtype = torch.get_autocast_dtype(device_type) if autocast else static_gates.dtype
-        wide = torch.promote_types(dtype, torch.float32)
+        attention = annotations.dtype
         # Autocast would re-cast the weights at every step; cast every operand once, here, instead.
         static_gates, s, w_query, w_context, w_hh, b_hh = (
             x.to(dtype) for x in (static_gates, s0, w_query, w_context, w_hh, b_hh)
         )
-        keys, annotations, v = keys.to(wide), annotations.to(wide), v.to(wide)
+        keys, v = keys.to(attention), v.to(attention)
         batch, steps, hidden = static_gates.size(0), static_gates.size(1), s.size(1)
         previous = static_gates.new_empty(batch, steps, hidden)  # s_{i-1}
         contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_i
-        alphas = annotations.new_empty(batch, steps, mask.size(1))  # alpha_i
-        gates = static_gates.new_empty(
-            steps, 4, batch, hidden
-        )  # r, z, n and U_n s_{i-1} + b_hn, for backward
+        alphas = annotations.new_empty(
+            batch, steps, mask.size(1), dtype=torch.promote_types(attention, torch.float32)
+        )
+        # r, z, n and U_n s_{i-1} + b_hn, for backward
+        gates = static_gates.new_empty(steps, 4, batch, hidden)
         halves = []  # sigmoid(2 (W_a s_{i-1} + U_a h_j)) (batch, src_len, dim) per step, for backward
         with torch.autocast(device_type, enabled=False):
             for i in range(steps):
                 previous[:, i] = s
-                half, scores = additive_scores((s @ w_query.T).to(wide).unsqueeze(1), keys, v)
+                half, scores = additive_scores((s @ w_query.T).to(attention).unsqueeze(1), keys, v)
                 halves.append(half.squeeze(1))
                 alpha = masked_softmax(scores, mask)  # (batch, 1, src_len)
-                context = torch.bmm(alpha, annotations).squeeze(1)  # (batch, annotation)
+                context = torch.bmm(alpha.to(attention), annotations).squeeze(1)  # (batch, annotation)
                 gates_h = torch.addmm(b_hh, s, w_hh.T)
                 r, z, n = gru_gates(torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), gates_h)
                 s = n + z * (s - n)
@@ -85,22 +86,27 @@ class AttentiveGRU(torch.autograd.Function):
                 torch.stack([r, z, n, gates_h[:, 2 * hidden :]], out=gates[i])
         ctx.save_for_backward(annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
         ctx.halves = halves
-        return previous, contexts.to(dtype), alphas, s
+        return previous, contexts, alphas, s
 
     @staticmethod
     def backward(ctx, *grads):
+        with torch.autocast(grads[0].device.type, enabled=False):  # (when backward runs inside autocast)
+            return AttentiveGRU._backward(ctx, *grads)
+
+    @staticmethod
+    def _backward(ctx, *grads):
         annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates = ctx.saved_tensors
         # (the engine casts the gradients returned below to each input's own dtype)
-        dtype, wide = previous.dtype, annotations.dtype
-        d_previous, d_contexts, d_alphas, ds = (x.to(dtype) for x in grads)
-        d_alphas = d_alphas.to(wide)
+        dtype, attention, wide = previous.dtype, annotations.dtype, alphas.dtype
+        d_previous, d_contexts, d_alphas, ds = grads
+        d_previous, ds = d_previous.to(dtype), ds.to(dtype)
         steps, batch, hidden = gates.size(0), gates.size(2), gates.size(3)
         d_static = previous.new_empty(batch, steps, 3 * hidden)  # d x_i (x_i = W E y_{i-1} + b + C c_i)
         d_gates_h = previous.new_empty(steps, batch, 3 * hidden)  # d g_i
         d_queries = previous.new_empty(steps, batch, w_query.size(0))  # d (W_a s_{i-1})
         d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
         d_keys = torch.zeros_like(ctx.halves[0])  # (batch, src_len, dim)
-        d_v = torch.zeros_like(v)
+        d_v = torch.zeros_like(v, dtype=wide)
         for i in reversed(range(steps)):
             r, z, n, h_n = gates[i]
             s_prev = previous[:, i]
@@ -110,19 +116,20 @@ class AttentiveGRU(torch.autograd.Function):
             d_r = d_n * h_n * r * (1 - r)
             d_static[:, i] = torch.cat([d_r, d_z, d_n], dim=1)
             d_gates_h[i] = torch.cat([d_r, d_z, d_n * r], dim=1)
-            d_c = torch.addmm(d_contexts[:, i], d_static[:, i], w_context).to(wide)  # (batch, annotation)
+            d_c = (d_static[:, i] @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
             d_context[:, i] = d_c
             # c_i = sum_j alpha_ij h_j; alpha_i = softmax(e_i) (padding has alpha = 0, so it gets d e = 0)
             alpha = alphas[:, i]
-            d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1) + d_alphas[:, i]
-            d_e = alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))  # (batch, src_len)
-            # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)); the - sum v term adds
-            # sum_j d_e_ij = 0 to d v (a softmax gradient sums to 0 per row)
+            d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1)  # (batch, src_len)
+            d_alpha = d_alpha.to(wide) + d_alphas[:, i]
+            d_e = (alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))).to(attention)
+            # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)). d v keeps the - sum_j d_e_ij
+            # term although it is 0 in exact arithmetic: it cancels most of the rounding error of d_e.
             half = ctx.halves[i]  # (batch, src_len, dim)
-            d_v += 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0)
+            d_v += 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0) - d_e.sum()
             d_pre = 2 * torch.ops.aten.sigmoid_backward((2 * d_e).unsqueeze(2) * v, half)  # d(q_i + k_j)
             d_keys += d_pre
-            d_queries[i] = d_pre.sum(1)
+            d_queries[i] = d_pre.sum(1)  # (cast to the compute dtype)
             ds = ds * z + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
         # The weight and annotation gradients: one product each over all steps.
         flat_previous = previous.transpose(0, 1).reshape(steps * batch, hidden)  # step-major, like d_gates_h
@@ -130,6 +137,8 @@ class AttentiveGRU(torch.autograd.Function):
         d_w_hh = d_gates_h.T @ flat_previous
         d_w_query = d_queries.view(steps * batch, -1).T @ flat_previous
         d_w_context = d_static.flatten(0, 1).T @ contexts.flatten(0, 1).to(dtype)
-        d_annotations = torch.bmm(alphas.transpose(1, 2), d_context)  # (batch, src_len, annotation)
+        d_annotations = torch.bmm(
+            alphas.transpose(1, 2).to(attention), d_context
+        )  # (batch, src_len, annotation)
         weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
         return d_keys, d_annotations, None, d_static, ds, *weights
