@@ -29,6 +29,7 @@ from bench import logs, report
 from bench.measure import Job, launched, machine, run_job
 from bench.toolkits import PEERS, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
 
+from seq2seq_attn.config import load_config
 from seq2seq_attn.io import count_lines, read_lines, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         log_every=args.log_every,
         max_steps=args.max_steps,
         budget_s=args.budget * 60,
+        attention=load_config(args.config, args.overrides).model.attention,
     )
     out = args.out.resolve()
     env = _environment(args.threads)
@@ -125,7 +127,12 @@ def main(argv: list[str] | None = None) -> None:
     result: dict[str, Any] = {
         "command": "python scripts/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
         "machine": machine(device, args.threads),
-        "settings": {**_jsonable(vars(args)), "budget_min": args.budget, "device": device},
+        "settings": {
+            **_jsonable(vars(args)),
+            "budget_min": args.budget,
+            "device": device,
+            "attention": settings.attention,
+        },
         "corpus": _corpus(args, data_dir),
         "toolkits": {},
         "ours_extra": [],

@@ -334,6 +334,7 @@ SETTINGS = Settings(
     log_every=25,
     max_steps=0,
     budget_s=60,
+    attention="bahdanau",
 )
 
 
@@ -361,6 +362,7 @@ def test_peer_configs_are_complete_and_matched(peer, tmp_path):
         assert train["validation_freq"] % train["logging_freq"] == 0 and train["validation_freq"] > 10**6
         assert config["data"]["train"] == f"{tmp_path / 'peer-data'}/train"
         assert test["load_model"] == f"{folder / 'model'}/latest.ckpt"
+        assert model["decoder"]["attention"] == "bahdanau"
         assert (model["encoder"]["hidden_size"], model["decoder"]["embeddings"]["embedding_dim"]) == (
             256,
             128,
@@ -373,6 +375,7 @@ def test_peer_configs_are_complete_and_matched(peer, tmp_path):
         assert config["data"]["corpus_1"]["path_tgt"] == f"{tmp_path / 'peer-data'}/train.tgt"
         assert config["save_model"] == f"{folder / 'model'}/gru"
         assert (config["hidden_size"], config["word_vec_size"], config["gpu_ranks"]) == (256, 128, [])
+        assert config["global_attention"] == "mlp"  # additive, as our bahdanau
 
 
 def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
@@ -395,6 +398,28 @@ def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
     other = dataclasses.replace(SETTINGS, output_ratio=1.25)
     with pytest.raises(Skip, match="only at 1.5"):
         JoeyNMT(tmp_path / "cache", peer_dir, None, other, "2.13.0").setup(install=False)
+
+
+@pytest.mark.parametrize(
+    ("ours", "opennmt", "joeynmt"), [("concat", "mlp", "bahdanau"), ("general", "general", "luong")]
+)
+def test_peers_get_our_kind_of_attention(ours, opennmt, joeynmt, tmp_path):
+    settings = dataclasses.replace(SETTINGS, attention=ours)
+    folder = tmp_path / "rep1"
+    peer = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
+    assert (
+        yaml.safe_load(peer.config(folder, "train").read_text(encoding="utf-8"))["global_attention"]
+        == opennmt
+    )
+    peer = JoeyNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
+    config = yaml.safe_load(peer.config(folder, "beam5", 5).read_text(encoding="utf-8"))
+    assert config["model"]["decoder"]["attention"] == joeynmt
+
+
+def test_joeynmt_without_our_attention_is_skipped(tmp_path):
+    settings = dataclasses.replace(SETTINGS, attention="dot")
+    with pytest.raises(Skip, match="no 'dot' attention"):
+        JoeyNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0").setup(install=False)
 
 
 def test_peers_get_our_pieces_and_their_output_detokenises_like_ours(tmp_path):

@@ -224,8 +224,9 @@ METHOD = """How it is measured:
   pieces as words and their output is joined back into text with the same models. BLEU: sacrebleu (13a) on
   detokenised text against the untouched references, for all three.
 - Matched models: 1-layer bidirectional GRU encoder, 1-layer GRU decoder with attention, embeddings 128,
-  hidden 256, Adam 1e-3, clip 5. The toolkits count sizes differently (OpenNMT-py's `brnn` splits 256 into
-  128 + 128): compare the parameter counts.
+  hidden 256, Adam 1e-3, clip 5, and the same kind of attention score as our config's (additive: our
+  `bahdanau`, OpenNMT-py's `mlp`, JoeyNMT's `bahdanau`; Luong's `general`: JoeyNMT's `luong`). The toolkits
+  count sizes differently (OpenNMT-py's `brnn` splits 256 into 128 + 128): compare the parameter counts.
 - Training throughput: target tokens/s (padding excluded, EOS included) as each toolkit logs it per interval.
 - Wall-clock budget: each toolkit's training process gets SIGINT the same number of seconds after it started
   (SIGTERM 30 s later if it is still running: OpenNMT-py sometimes trains on through SIGINT); ours and

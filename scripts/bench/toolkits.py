@@ -38,6 +38,10 @@ OURS_DECODE = HERE / "ours_decode.py"
 # 1.5 x the batch's longest source (max_output_length: -1); ours takes the same bound as max_len_a, max_len_b.
 OUTPUT_EXTRA = 5
 JOEYNMT_RATIO = 1.5  # the only ratio JoeyNMT 2.3.0 offers
+# Our attention score -> each peer's name for it: additive (Bahdanau) is OpenNMT-py's `mlp`, Luong's
+# `general` is JoeyNMT's `luong`. A score a peer lacks skips that peer.
+OPENNMT_ATTENTION = {"bahdanau": "mlp", "concat": "mlp", "general": "general", "dot": "dot", "none": "none"}
+JOEYNMT_ATTENTION = {"bahdanau": "bahdanau", "concat": "bahdanau", "general": "luong"}
 NEVER = 10**9  # a step count no run reaches: the budget (SIGINT) or --max-steps ends training
 PEER_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours -> the peers' file names
 
@@ -59,6 +63,7 @@ class Settings:
     log_every: int  # updates per throughput interval
     max_steps: int  # 0: only the wall-clock budget ends training
     budget_s: float  # wall-clock training budget from process start, enforced by SIGINT
+    attention: str  # our model's `model.attention`; each peer gets its own name for that score
 
 
 @dataclass
@@ -262,12 +267,15 @@ class JoeyNMT(Peer):
     def setup(self, install: bool) -> None:
         if self.settings.output_ratio != JOEYNMT_RATIO:
             raise Skip(f"it bounds outputs relative to the source only at {JOEYNMT_RATIO} x the source")
+        if self.settings.attention not in JOEYNMT_ATTENTION:
+            raise Skip(f"it has no {self.settings.attention!r} attention")
         super().setup(install)
 
     def config(self, folder: Path, name: str, beam: int) -> Path:
         s = self.settings
         values = {"RUN": folder / "model", "CUDA": s.device == "cuda", "BEAM": beam}
         values |= {"ALPHA": s.alpha, "MAX_OUTPUT": -1}  # JOEYNMT_RATIO x the batch's longest source
+        values |= {"ATTENTION": JOEYNMT_ATTENTION[s.attention]}
         return self.render(folder / f"joeynmt.{name}.yaml", values)
 
     def train_job(self, folder: Path) -> Job:
@@ -314,7 +322,10 @@ class OpenNMT(Peer):
         cuda = self.settings.device == "cuda"
         values = {"RUN": folder / "model", "VOCAB": self.vocab_dir, "SAVE_EVERY": self.settings.log_every}
         values |= {"TGT_SEQ_LENGTH": self.settings.max_len + 2, "GPU_RANKS": [0] if cuda else []}
-        values |= {"DTYPE": "fp16" if cuda else "fp32"}
+        values |= {
+            "DTYPE": "fp16" if cuda else "fp32",
+            "ATTENTION": OPENNMT_ATTENTION[self.settings.attention],
+        }
         return self.render(folder / f"opennmt.{name}.yaml", values)
 
     def train_job(self, folder: Path) -> Job:
