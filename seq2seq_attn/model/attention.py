@@ -83,23 +83,27 @@ class Attention(nn.Module):
         with torch.autocast(query.device.type, enabled=False):
             query = query.to(dtype)
             if self.kind in ADDITIVE:
-                _, scores = additive_scores(query, enc.keys, self.v.to(dtype))
+                scores = additive_scores(query, enc.keys, self.v.to(dtype))
             else:  # dot, general: e_ij = h_t^T (W_a) h_j
                 scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, queries, src_len)
             weights = masked_softmax(scores, enc.mask)
             return torch.bmm(weights.to(dtype), enc.annotations), weights  # c_i = sum_j alpha_ij h_j
 
 
-def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> Tensor:
     """e_ij = v_a^T tanh(W_a s_i + U_a h_j) (eq. 6) for projected queries W_a s (batch, queries, dim) and
-    keys U_a h_j + b (batch, src_len, dim). Returns sigma = (1 + tanh(...)) / 2 (batch, queries, src_len,
-    dim), which the hand-written backward of model/fused.py reuses, and e (batch, queries, src_len).
+    keys U_a h_j + b (batch, src_len, dim): (batch, queries, src_len)."""
+    return 2 * (additive_half(query, keys) @ v) - v.sum()
+
+
+def additive_half(query: Tensor, keys: Tensor) -> Tensor:
+    """sigma_ij = (1 + tanh(W_a s_i + U_a h_j)) / 2 = sigmoid(2 (W_a s_i + U_a h_j)), (batch, queries,
+    src_len, dim), so that e_ij = 2 v_a . sigma_ij - sum v_a.
 
     Written with tanh(x) = 2 sigmoid(2x) - 1: the same numbers, but PyTorch's CPU sigmoid is several times
     faster than its tanh, and this is the largest elementwise operation of training and search.
     """
-    half = torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2).sigmoid_()
-    return half, 2 * (half @ v) - v.sum()  # (batch, queries, src_len)
+    return torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2).sigmoid_()
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:

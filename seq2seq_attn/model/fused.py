@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .attention import ADDITIVE, additive_scores, masked_softmax
+from .attention import ADDITIVE, additive_half, additive_scores, masked_softmax
 from .recurrent import gru_gates
 
 
@@ -49,7 +49,12 @@ def attentive_gru(
 class AttentiveGRU(torch.autograd.Function):
     """Precision: the GRU's matrix products run in the compute dtype (bf16 under autocast); attention runs
     in the dtype of the annotations and keys (`device.attention_dtype`: fp32 on a CPU), as in the step path,
-    with its softmax and the softmax's gradient in fp32 at least."""
+    with its softmax and the softmax's gradient in fp32 at least.
+
+    Memory: backward recomputes sigma_ij = sigmoid(2 (W_a s_{i-1} + U_a h_j)) from the saved W_a s_{i-1}
+    rather than keeping it from the forward pass: kept, it would be the largest tensor of an update
+    (steps x batch x src_len x dim, 240 MB in fp32 for 64 x 60 x 60).
+    """
 
     @staticmethod
     def forward(ctx, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
@@ -70,12 +75,12 @@ class AttentiveGRU(torch.autograd.Function):
         )
         # r, z, n and U_n s_{i-1} + b_hn, for backward
         gates = static_gates.new_empty(steps, 4, batch, hidden)
-        halves = []  # sigmoid(2 (W_a s_{i-1} + U_a h_j)) (batch, src_len, dim) per step, for backward
+        queries = keys.new_empty(steps, batch, 1, keys.size(2))  # W_a s_{i-1}, for backward
         with torch.autocast(device_type, enabled=False):
             for i in range(steps):
                 previous[:, i] = s
-                half, scores = additive_scores((s @ w_query.T).to(attention).unsqueeze(1), keys, v)
-                halves.append(half.squeeze(1))
+                queries[i] = (s @ w_query.T).unsqueeze(1)
+                scores = additive_scores(queries[i], keys, v)
                 alpha = masked_softmax(scores, mask)  # (batch, 1, src_len)
                 context = torch.bmm(alpha.to(attention), annotations).squeeze(1)  # (batch, annotation)
                 gates_h = torch.addmm(b_hh, s, w_hh.T)
@@ -84,8 +89,8 @@ class AttentiveGRU(torch.autograd.Function):
                 alphas[:, i] = alpha.squeeze(1)
                 contexts[:, i] = context
                 torch.stack([r, z, n, gates_h[:, 2 * hidden :]], out=gates[i])
-        ctx.save_for_backward(annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
-        ctx.halves = halves
+        saved = (keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
+        ctx.save_for_backward(*saved)
         return previous, contexts, alphas, s
 
     @staticmethod
@@ -95,7 +100,9 @@ class AttentiveGRU(torch.autograd.Function):
 
     @staticmethod
     def _backward(ctx, *grads):
-        annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates = ctx.saved_tensors
+        keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates = (
+            ctx.saved_tensors
+        )
         # (the engine casts the gradients returned below to each input's own dtype)
         dtype, attention, wide = previous.dtype, annotations.dtype, alphas.dtype
         d_previous, d_contexts, d_alphas, ds = grads
@@ -105,7 +112,7 @@ class AttentiveGRU(torch.autograd.Function):
         d_gates_h = previous.new_empty(steps, batch, 3 * hidden)  # d g_i
         d_queries = previous.new_empty(steps, batch, w_query.size(0))  # d (W_a s_{i-1})
         d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
-        d_keys = torch.zeros_like(ctx.halves[0])  # (batch, src_len, dim)
+        d_keys = torch.zeros_like(keys)
         d_v = torch.zeros_like(v, dtype=wide)
         for i in reversed(range(steps)):
             r, z, n, h_n = gates[i]
@@ -125,7 +132,7 @@ class AttentiveGRU(torch.autograd.Function):
             d_e = (alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))).to(attention)
             # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)). d v keeps the - sum_j d_e_ij
             # term although it is 0 in exact arithmetic: it cancels most of the rounding error of d_e.
-            half = ctx.halves[i]  # (batch, src_len, dim)
+            half = additive_half(queries[i], keys).squeeze(1)  # (batch, src_len, dim), recomputed
             d_v += 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0) - d_e.sum()
             d_pre = 2 * torch.ops.aten.sigmoid_backward((2 * d_e).unsqueeze(2) * v, half)  # d(q_i + k_j)
             d_keys += d_pre
