@@ -70,11 +70,9 @@ class AttentiveGRU(torch.autograd.Function):
         batch, steps, hidden = static_gates.size(0), static_gates.size(1), s.size(1)
         previous = static_gates.new_empty(batch, steps, hidden)  # s_{i-1}
         contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_i
-        alphas = annotations.new_empty(
-            batch, steps, mask.size(1), dtype=torch.promote_types(attention, torch.float32)
-        )
-        # r, z, n and U_n s_{i-1} + b_hn, for backward
-        gates = static_gates.new_empty(steps, 4, batch, hidden)
+        wide = torch.promote_types(attention, torch.float32)  # the softmax's dtype
+        alphas = annotations.new_empty(batch, steps, mask.size(1), dtype=wide)  # alpha_i
+        gates = static_gates.new_empty(steps, 4, batch, hidden)  # r, z, n, U_n s_{i-1} + b_hn: for backward
         queries = keys.new_empty(steps, batch, 1, keys.size(2))  # W_a s_{i-1}, for backward
         with torch.autocast(device_type, enabled=False):
             for i in range(steps):
@@ -144,8 +142,7 @@ class AttentiveGRU(torch.autograd.Function):
         d_w_hh = d_gates_h.T @ flat_previous
         d_w_query = d_queries.view(steps * batch, -1).T @ flat_previous
         d_w_context = d_static.flatten(0, 1).T @ contexts.flatten(0, 1).to(dtype)
-        d_annotations = torch.bmm(
-            alphas.transpose(1, 2).to(attention), d_context
-        )  # (batch, src_len, annotation)
+        # (batch, src_len, steps) @ (batch, steps, annotation): sum_i alpha_ij d c_i
+        d_annotations = torch.bmm(alphas.transpose(1, 2).to(attention), d_context)
         weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
         return d_keys, d_annotations, None, d_static, ds, *weights
