@@ -40,9 +40,9 @@ def attentive_gru(
     static_gates (batch, steps, 3 hidden) = W E y_{i-1} + b; s0 (batch, hidden). Returns s_0 .. s_{T-1}
     (batch, steps, hidden), c_i (batch, steps, annotation), alpha_i (batch, steps, src_len) and s_T.
     """
-    rnn, attention = decoder.rnn.rnn, decoder.attention
-    w_context = rnn.weight_ih_l0[:, decoder.rnn.static_size :]  # C: the columns that read c_i
-    weights = (attention.query_proj.weight, attention.v, w_context, rnn.weight_hh_l0, rnn.bias_hh_l0)
+    (layer,) = decoder.rnn.step_weights()  # w_ih: C, the columns that read c_i (the bias is in static_gates)
+    attention = decoder.attention
+    weights = (attention.query_proj.weight, attention.v, layer.w_ih, layer.w_hh, layer.b_hh)
     return AttentiveGRU.apply(keys, annotations, mask, static_gates, s0, *weights)
 
 
@@ -66,7 +66,7 @@ class AttentiveGRU(torch.autograd.Function):
         static_gates, s, w_query, w_context, w_hh, b_hh = (
             x.to(dtype) for x in (static_gates, s0, w_query, w_context, w_hh, b_hh)
         )
-        keys, v = keys.to(attention), v.to(attention)
+        v = v.to(attention)  # (keys come from Seq2Seq.encode in the annotations' dtype)
         batch, steps, hidden = static_gates.size(0), static_gates.size(1), s.size(1)
         previous = static_gates.new_empty(batch, steps, hidden)  # s_{i-1}
         contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_i
@@ -119,9 +119,10 @@ class AttentiveGRU(torch.autograd.Function):
             d_n = ds * (1 - z) * (1 - n * n)
             d_z = ds * (s_prev - n) * z * (1 - z)
             d_r = d_n * h_n * r * (1 - r)
-            d_static[:, i] = torch.cat([d_r, d_z, d_n], dim=1)
+            d_x = torch.cat([d_r, d_z, d_n], dim=1)
+            d_static[:, i] = d_x
             d_gates_h[i] = torch.cat([d_r, d_z, d_n * r], dim=1)
-            d_c = (d_static[:, i] @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
+            d_c = (d_x @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
             d_context[:, i] = d_c
             # c_i = sum_j alpha_ij h_j; alpha_i = softmax(e_i) (padding has alpha = 0, so it gets d e = 0)
             alpha = alphas[:, i]
