@@ -317,12 +317,11 @@ class _Loop:
         )
         self.fused = self.cfg.optimizer in FUSED
         self.bf16 = uses_bf16(self.cfg.precision, device)
+        model.decoder.attention.compiled = self.cfg.compile
         self.net = model
         if ranks.world_size > 1:
             ids = [device.index] if device.type == "cuda" else None
             self.net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-        if self.cfg.compile:
-            self.net = torch.compile(self.net)
         self.stop_signal: int | None = None
         self.started = time.monotonic()
         self.tensorboard = _tensorboard_writer(run_dir) if ranks.is_main else None

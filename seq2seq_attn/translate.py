@@ -116,6 +116,7 @@ class Translator:
         check_decode_config(decode_cfg)
         if max_src_tokens < 1:
             raise UserError(f"--max-src-tokens must be >= 1, got {max_src_tokens}")
+        model.decoder.attention.compiled = decode_cfg.compile
         self.model, self.vocab, self.cfg, self.device = model, vocab, decode_cfg, device
         self.max_src_tokens = max_src_tokens
         self.with_attention = with_attention or decode_cfg.replace_unk

@@ -7,7 +7,9 @@ import pytest
 import torch
 from test_model import batch, tiny_model
 
+from seq2seq_attn.config import DecodeConfig
 from seq2seq_attn.model import fused
+from seq2seq_attn.search import beam_search
 
 
 def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tuple[list, list]:
@@ -87,3 +89,27 @@ def test_training_loss_uses_the_fused_recurrence_only_when_gradients_are_needed(
     general = tiny_model("gru-bi-1", "general", "rnnsearch")
     two_layers = tiny_model("gru-bi-2", "bahdanau", "rnnsearch")
     assert not any(fused.applies(m.decoder) for m in (lstm, general, two_layers))
+
+
+def test_compiled_attention_computes_what_the_eager_code_does(monkeypatch):
+    """`train.compile` / `decode.compile`: the torch.compile'd attention kernels (fused training loop,
+    forward and backward; the step path of search) against the same model run eagerly, in float64."""
+    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch").double().train()
+    src, lengths, tgt_in = batch()
+    runs, searches = [], []
+    for compiled in (True, False):
+        model.decoder.attention.compiled = compiled
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(5)  # the same dropout masks
+        runs.append(recurrence(model, src, lengths, tgt_in, True, monkeypatch))
+        with torch.no_grad():
+            searches.append(beam_search(model.eval(), src, lengths, DecodeConfig(beam_size=3, nbest=3)))
+        model.train()
+    (outputs, grads), (want_outputs, want_grads) = runs
+    for got, want in zip(outputs + grads, want_outputs + want_grads, strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    assert grads[0][1, 3:].abs().sum() == 0  # padding still gets no gradient
+    for got, want in zip(*searches, strict=True):
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)

@@ -98,6 +98,22 @@ def test_loss_falls_and_run_dir_is_complete(workdir):
     assert vocab.src_size == 120 and not model.training
 
 
+def test_compiled_attention_trains_the_same_run(workdir):
+    """train.compile: the same losses, dev BLEU (search runs compiled too) and weights as eager."""
+    runs = []
+    for compiled in ("true", "false"):
+        overrides = ("train.max_steps=20", f"train.compile={compiled}", f"train.run_dir=run-{compiled}")
+        runs.append(train_module.train(config_of(workdir, *overrides)))
+    (losses, bleus), (want_losses, want_bleus) = (
+        ([r[key] for r in metrics(run) if key in r] for key in ("loss", "valid_bleu")) for run in runs
+    )
+    assert len(losses) == 4 and len(bleus) == 2
+    assert losses == pytest.approx(want_losses, rel=1e-4) and bleus == pytest.approx(want_bleus, abs=0.01)
+    weights, want_weights = (parameters(run / "checkpoints" / "latest.pt") for run in runs)
+    for name, value in want_weights.items():
+        torch.testing.assert_close(weights[name], value, rtol=1e-3, atol=1e-5, msg=name)
+
+
 def test_keep_best_and_early_stopping(workdir):
     # a learning rate this small cannot move dev BLEU: no validation after the first improves it
     config = config_of(

@@ -255,6 +255,21 @@ def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
 
 
+def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
+    lines = "the cat sat\non the big red mat\ndog\n"
+    runs = [
+        ["translate", "--model", str(tiny_run_dir), "--scores", "--beam", "3", flag]
+        for flag in ("--compile", "--no-compile")
+    ]
+    got, want = (CliRunner().invoke(cli_app(), args, input=lines) for args in runs)
+    assert got.exit_code == want.exit_code == 0
+    got_rows, want_rows = ([row.split("\t") for row in r.stdout.splitlines()] for r in (got, want))
+    assert [row[1] for row in got_rows] == [row[1] for row in want_rows] and len(got_rows) == 3
+    assert [float(row[0]) for row in got_rows] == pytest.approx(
+        [float(row[0]) for row in want_rows], abs=2e-4
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -19,6 +19,9 @@ so every scorer's rows sum to 1; they carry no alignment information.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
@@ -31,6 +34,7 @@ class Attention(nn.Module):
     def __init__(self, kind: str, query_size: int, annotation_size: int, attention_dim: int) -> None:
         super().__init__()
         self.kind = kind
+        self.compiled = False  # run the additive score's elementwise work compiled, see `kernel`
         if kind == "none":
             self.summary_proj = nn.Linear(annotation_size, annotation_size)  # V in c = tanh(V h_T)
         elif kind in ADDITIVE:
@@ -83,11 +87,40 @@ class Attention(nn.Module):
         with torch.autocast(query.device.type, enabled=False):
             query = query.to(dtype)
             if self.kind in ADDITIVE:
-                scores = additive_scores(query, enc.keys, self.v.to(dtype))
-            else:  # dot, general: e_ij = h_t^T (W_a) h_j
-                scores = torch.bmm(query, enc.keys.transpose(1, 2))  # (batch, queries, src_len)
-            weights = masked_softmax(scores, enc.mask)
-            return torch.bmm(weights.to(dtype), enc.annotations), weights  # c_i = sum_j alpha_ij h_j
+                attend = kernel(additive_attention, self.compiled)
+                return attend(query, enc.keys, self.v.to(dtype), enc.mask, enc.annotations)
+            scores = torch.bmm(query, enc.keys.transpose(1, 2))  # dot, general: e_ij = h_t^T (W_a) h_j
+            return weighted_sum(masked_softmax(scores, enc.mask), enc.annotations)
+
+
+def kernel(function: Callable, compiled: bool) -> Callable:
+    """`function`, or when `compiled` its torch.compile'd copy (one per process, for all shapes).
+
+    Why: the additive score is several full passes over (batch, queries, src_len, dim) per decoder step in
+    eager PyTorch (add, sigmoid, the v_a product; six more for its gradient); compiled, each becomes one
+    loop that reads the keys once. Opt-in (`train.compile`, `decode.compile`): compiling takes seconds and
+    needs a C++ compiler on a CPU (Triton on a GPU).
+    """
+    return _compiled(function) if compiled else function
+
+
+@functools.cache
+def _compiled(function: Callable) -> Callable:
+    return torch.compile(function, dynamic=True)
+
+
+def additive_attention(
+    query: Tensor, keys: Tensor, v: Tensor, mask: Tensor, annotations: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Contexts (batch, queries, annotation) and weights (batch, queries, src_len) of the additive score
+    for projected queries W_a s (batch, queries, dim), all in the annotations' dtype (the weights in fp32
+    at least)."""
+    return weighted_sum(masked_softmax(additive_scores(query, keys, v), mask), annotations)
+
+
+def weighted_sum(weights: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
+    """c_i = sum_j alpha_ij h_j (batch, queries, annotation), and the weights alpha themselves."""
+    return torch.bmm(weights.to(annotations.dtype), annotations), weights
 
 
 def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> Tensor:

@@ -8,7 +8,8 @@ backward, as cuDNN does for its own RNNs: the loop only carries what is recurren
 and annotation gradients are one large product each after the loop, over all steps at once.
 
 Used by the decoder when gradients are needed and the configuration is this one (`applies`); search and
-every other configuration run the step-by-step code. tests/test_fused.py checks it against that code,
+every other configuration run the step-by-step code. With `train.compile` the attention's share of each
+step, forward (`attention.additive_attention`) and backward (`additive_backward`), runs torch.compile'd. tests/test_fused.py checks it against that code,
 values and gradients, in float64.
 
 Forward, step i (Bahdanau et al. 2014, eqs. 5-6 and A.1.1, in PyTorch's GRU form, see recurrent.py):
@@ -21,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .attention import ADDITIVE, additive_half, additive_scores, masked_softmax
+from .attention import ADDITIVE, additive_attention, additive_half, kernel
 from .recurrent import gru_gates
 
 
@@ -43,7 +44,7 @@ def attentive_gru(
     (layer,) = decoder.rnn.step_weights()  # w_ih: C, the columns that read c_i (the bias is in static_gates)
     attention = decoder.attention
     weights = (attention.query_proj.weight, attention.v, layer.w_ih, layer.w_hh, layer.b_hh)
-    return AttentiveGRU.apply(keys, annotations, mask, static_gates, s0, *weights)
+    return AttentiveGRU.apply(attention.compiled, keys, annotations, mask, static_gates, s0, *weights)
 
 
 class AttentiveGRU(torch.autograd.Function):
@@ -57,7 +58,7 @@ class AttentiveGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
+    def forward(ctx, compiled, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
         device_type = static_gates.device.type
         autocast = torch.is_autocast_enabled(device_type)
         dtype = torch.get_autocast_dtype(device_type) if autocast else static_gates.dtype
@@ -74,13 +75,13 @@ class AttentiveGRU(torch.autograd.Function):
         alphas = annotations.new_empty(batch, steps, mask.size(1), dtype=wide)  # alpha_i
         gates = static_gates.new_empty(steps, 4, batch, hidden)  # r, z, n, U_n s_{i-1} + b_hn: for backward
         queries = keys.new_empty(steps, batch, 1, keys.size(2))  # W_a s_{i-1}, for backward
+        attend = kernel(additive_attention, compiled)
         with torch.autocast(device_type, enabled=False):
             for i in range(steps):
                 previous[:, i] = s
                 queries[i] = (s @ w_query.T).unsqueeze(1)
-                scores = additive_scores(queries[i], keys, v)
-                alpha = masked_softmax(scores, mask)  # (batch, 1, src_len)
-                context = torch.bmm(alpha.to(attention), annotations).squeeze(1)  # (batch, annotation)
+                context, alpha = attend(queries[i], keys, v, mask, annotations)  # (batch, 1, annotation)
+                context = context.squeeze(1)
                 gates_h = torch.addmm(b_hh, s, w_hh.T)
                 r, z, n = gru_gates(torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), gates_h)
                 s = n + z * (s - n)
@@ -89,6 +90,7 @@ class AttentiveGRU(torch.autograd.Function):
                 torch.stack([r, z, n, gates_h[:, 2 * hidden :]], out=gates[i])
         saved = (keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
         ctx.save_for_backward(*saved)
+        ctx.compiled = compiled
         return previous, contexts, alphas, s
 
     @staticmethod
@@ -112,6 +114,7 @@ class AttentiveGRU(torch.autograd.Function):
         d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
         d_keys = torch.zeros_like(keys)
         d_v = torch.zeros_like(v, dtype=wide)
+        attention_backward = kernel(additive_backward, ctx.compiled)
         for i in reversed(range(steps)):
             r, z, n, h_n = gates[i]
             s_prev = previous[:, i]
@@ -124,18 +127,9 @@ class AttentiveGRU(torch.autograd.Function):
             d_gates_h[i] = torch.cat([d_r, d_z, d_n * r], dim=1)
             d_c = (d_x @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
             d_context[:, i] = d_c
-            # c_i = sum_j alpha_ij h_j; alpha_i = softmax(e_i) (padding has alpha = 0, so it gets d e = 0)
-            alpha = alphas[:, i]
-            d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1)  # (batch, src_len)
-            d_alpha = d_alpha.to(wide) + d_alphas[:, i]
-            d_e = (alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))).to(attention)
-            # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)). d v keeps the - sum_j d_e_ij
-            # term although it is 0 in exact arithmetic: it cancels most of the rounding error of d_e.
-            half = additive_half(queries[i], keys).squeeze(1)  # (batch, src_len, dim), recomputed
-            d_v += 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0) - d_e.sum()
-            d_pre = 2 * torch.ops.aten.sigmoid_backward((2 * d_e).unsqueeze(2) * v, half)  # d(q_i + k_j)
-            d_keys += d_pre
-            d_queries[i] = d_pre.sum(1)  # (cast to the compute dtype)
+            args = (queries[i], keys, v, annotations, alphas[:, i], d_c, d_alphas[:, i], d_keys)
+            d_v_i, d_queries[i] = attention_backward(*args)  # (d_queries: cast to the compute dtype)
+            d_v += d_v_i
             ds = ds * z + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
         # The weight and annotation gradients: one product each over all steps.
         flat_previous = previous.transpose(0, 1).reshape(steps * batch, hidden)  # step-major, like d_gates_h
@@ -146,4 +140,30 @@ class AttentiveGRU(torch.autograd.Function):
         # (batch, src_len, steps) @ (batch, steps, annotation): sum_i alpha_ij d c_i
         d_annotations = torch.bmm(alphas.transpose(1, 2).to(attention), d_context)
         weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
-        return d_keys, d_annotations, None, d_static, ds, *weights
+        return None, d_keys, d_annotations, None, d_static, ds, *weights
+
+
+def additive_backward(
+    query: Tensor,
+    keys: Tensor,
+    v: Tensor,
+    annotations: Tensor,
+    alpha: Tensor,
+    d_c: Tensor,
+    d_alpha: Tensor,
+    d_keys: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """The attention's part of step i's backward, from d c_i (batch, annotation) and any direct
+    d alpha_i (batch, src_len): returns d v_a (dim,) and d (W_a s_{i-1}) (batch, dim), and adds d keys into
+    `d_keys` (batch, src_len, dim). One function so that `kernel` can compile it as a whole.
+    """
+    # c_i = sum_j alpha_ij h_j; alpha_i = softmax(e_i) (padding has alpha = 0, so it gets d e = 0)
+    d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1).to(alpha.dtype) + d_alpha
+    d_e = (alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))).to(keys.dtype)  # (batch, src_len)
+    # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)). d v keeps the - sum_j d_e_ij
+    # term although it is 0 in exact arithmetic: it cancels most of the rounding error of d_e.
+    half = additive_half(query, keys).squeeze(1)  # (batch, src_len, dim), recomputed
+    d_v = 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0) - d_e.sum()
+    d_pre = torch.ops.aten.sigmoid_backward((4 * d_e).unsqueeze(2) * v, half)  # d (q_i + k_j)
+    d_keys.add_(d_pre)
+    return d_v, d_pre.sum(1)
