@@ -1,5 +1,6 @@
-"""The hand-written backward of the RNNsearch recurrence (model/fused.py) against autograd on the
-step-by-step code: the same outputs and the same gradient for every input and weight."""
+"""The hand-written backward passes of the decoders' recurrences (model/fused.py: RNNsearch's and Luong's
+input feeding) against autograd on the step-by-step code: the same outputs and the same gradient for every
+input and weight."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from test_model import batch, tiny_model
 
 from seq2seq_attn.config import DecodeConfig
 from seq2seq_attn.model import fused
+from seq2seq_attn.model.states import DecoderState
 from seq2seq_attn.search import beam_search
+
+FUSED = [("rnnsearch", "bahdanau"), ("rnnsearch", "concat"), ("luong-feed", "general"), ("luong-feed", "dot")]
 
 
 def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tuple[list, list]:
@@ -22,19 +26,26 @@ def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tup
     leaves = [enc.keys, enc.annotations, embedded]
     for leaf in leaves:
         leaf.retain_grad()
-    state = decoder.init(enc)
-    outputs = decoder._recur(enc, state, embedded)[:4]
+    outputs = loop_outputs(decoder._recur(enc, decoder.init(enc), embedded))
     generator = torch.Generator().manual_seed(3)
     total = sum((out * torch.randn(out.shape, generator=generator).to(out.dtype)).sum() for out in outputs)
     total.backward()
     grads = [leaf.grad for leaf in leaves] + [p.grad for _, p in sorted(model.named_parameters())]
-    return list(outputs), grads
+    return outputs, grads
 
 
-@pytest.mark.parametrize("attention", ["bahdanau", "concat"])
+def loop_outputs(recurred: tuple) -> list:
+    """RNNsearch's (s_{i-1}, c_i, alpha_i, s_T) or Luong's (h~_t, a_t, h_T, h~_T)."""
+    if isinstance(recurred[-1], DecoderState):
+        attentional, weights, state = recurred
+        return [attentional, weights, state.hidden, state.feed]
+    return list(recurred[:4])
+
+
+@pytest.mark.parametrize(("decoder", "attention"), FUSED)
 @pytest.mark.parametrize("encoder", ["gru-bi-1", "gru-uni-1"])
-def test_fused_recurrence_equals_autograd_in_float64(encoder, attention, monkeypatch):
-    model = tiny_model(encoder, attention, "rnnsearch").double().train()
+def test_fused_recurrence_equals_autograd_in_float64(encoder, decoder, attention, monkeypatch):
+    model = tiny_model(encoder, attention, decoder).double().train()
     assert fused.applies(model.decoder)
     src, lengths, tgt_in = batch()
     runs = []
@@ -52,14 +63,17 @@ def test_fused_recurrence_equals_autograd_in_float64(encoder, attention, monkeyp
     assert grads[0][1, 3:].abs().sum() == 0  # the padding of sentence 2 (length 3) gets no gradient
 
 
-def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(monkeypatch):
+@pytest.mark.parametrize(("decoder", "attention"), [("rnnsearch", "bahdanau"), ("luong-feed", "general")])
+def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(decoder, attention, monkeypatch):
     """bf16 rounds differently in the two codes; both must be as close to the float64 result."""
     src, lengths, tgt_in = batch()
-    exact = recurrence(tiny_model().double().train(), src, lengths, tgt_in, False, monkeypatch)
+    variant = ("gru-bi-1", attention, decoder)
+    exact = recurrence(tiny_model(*variant).double().train(), src, lengths, tgt_in, False, monkeypatch)
     errors = []
     for use_fused in (True, False):
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            outputs, grads = recurrence(tiny_model().train(), src, lengths, tgt_in, use_fused, monkeypatch)
+            model = tiny_model(*variant).train()
+            outputs, grads = recurrence(model, src, lengths, tgt_in, use_fused, monkeypatch)
         errors.append(
             [
                 ((got.double() - want).norm() / want.norm()).item()
@@ -73,11 +87,17 @@ def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(monkeyp
         assert got <= 1.25 * reference + 0.01
 
 
-def test_training_loss_uses_the_fused_recurrence_only_when_gradients_are_needed(monkeypatch):
-    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch").train()
+@pytest.mark.parametrize(
+    ("decoder", "attention", "function"),
+    [("rnnsearch", "bahdanau", "attentive_gru"), ("luong-feed", "general", "feeding_gru")],
+)
+def test_training_loss_uses_the_fused_recurrence_only_when_gradients_are_needed(
+    decoder, attention, function, monkeypatch
+):
+    model = tiny_model("gru-bi-1", attention, decoder).train()
     calls = []
-    original = fused.attentive_gru
-    monkeypatch.setattr(fused, "attentive_gru", lambda *a: calls.append(1) or original(*a))
+    original = getattr(fused, function)
+    monkeypatch.setattr(fused, function, lambda *a: calls.append(1) or original(*a))
     src, lengths, tgt_in = batch()
     targets = tgt_in.roll(-1, 1)
     model(src, lengths, tgt_in, targets).backward()
@@ -85,10 +105,20 @@ def test_training_loss_uses_the_fused_recurrence_only_when_gradients_are_needed(
     with torch.no_grad():
         model(src, lengths, tgt_in, targets)
     assert calls == [1]
-    lstm = tiny_model("lstm-bi-1", "bahdanau", "rnnsearch")
-    general = tiny_model("gru-bi-1", "general", "rnnsearch")
-    two_layers = tiny_model("gru-bi-2", "bahdanau", "rnnsearch")
-    assert not any(fused.applies(m.decoder) for m in (lstm, general, two_layers))
+
+
+def test_fused_recurrences_cover_one_layer_grus_with_their_decoders_scores():
+    covered = [("gru-bi-1", a, d) for d, a in FUSED] + [("gru-uni-1", "general", "luong-feed")]
+    not_covered = [
+        ("lstm-bi-1", "bahdanau", "rnnsearch"),
+        ("gru-bi-1", "general", "rnnsearch"),
+        ("gru-bi-2", "bahdanau", "rnnsearch"),
+        ("gru-bi-1", "bahdanau", "luong-feed"),
+        ("lstm-bi-1", "general", "luong-feed"),
+        ("gru-bi-2", "dot", "luong-feed"),
+    ]
+    assert all(fused.applies(tiny_model(*variant).decoder) for variant in covered)
+    assert not any(fused.applies(tiny_model(*variant).decoder) for variant in not_covered)
 
 
 def test_compiled_attention_computes_what_the_eager_code_does(monkeypatch):

@@ -7,8 +7,9 @@ two paths are the same code. Inside, everything that does not depend on the recu
 outside the time loop: the embeddings and their gate projections before it, the deep output / attentional
 layer and the vocabulary projection for all steps after it. When the recurrence does not read attention
 (RNNencdec, Luong without input feeding) there is no Python loop at all: one cuDNN call runs all steps.
-When training RNNsearch with a one-layer GRU and additive attention, the loop is one autograd Function
-with a hand-written backward (fused.py); search, and every other configuration, run it step by step.
+When training with a one-layer GRU (RNNsearch with additive attention, Luong input feeding with `general`
+or `dot`), the loop is one autograd Function with a hand-written backward (fused.py); search, and every other
+configuration, run it step by step.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 from . import fused
-from .attention import Attention
+from .attention import ADDITIVE, Attention
 from .encoder import PAD
 from .recurrent import RecurrentStack
 from .states import DecoderState, EncoderOutput
@@ -68,6 +69,8 @@ class RNNSearchDecoder(nn.Module):
     t_i = max-pool over pairs of t~_i (maxout), p(y_i) = softmax(W_o t_i).
     With attention `none` the context is the fixed c of the RNNencdec and the same equations apply.
     """
+
+    FUSED_SCORES = ADDITIVE  # the attention kinds of fused.attentive_gru
 
     def __init__(self, cfg: ModelConfig, vocab_size: int, annotation_size: int) -> None:
         super().__init__()
@@ -141,6 +144,8 @@ class LuongDecoder(nn.Module):
     (eq. 6). Without input feeding the RNN input is E y_{t-1} alone and every step runs in one cuDNN call,
     then attention for all steps at once."""
 
+    FUSED_SCORES = ("general", "dot")  # the attention kinds of fused.feeding_gru
+
     def __init__(self, cfg: ModelConfig, vocab_size: int, annotation_size: int) -> None:
         super().__init__()
         emb, hid = cfg.tgt_embed_dim, cfg.decoder_hidden_size
@@ -175,8 +180,15 @@ class LuongDecoder(nn.Module):
         self, enc: EncoderOutput, state: DecoderState, embedded: Tensor
     ) -> tuple[Tensor, Tensor, DecoderState]:
         """The input-feeding time loop: RNN step, then attention from h_t, then h~_t fed to the next step."""
+        static_gates = self.rnn.project_static(embedded)  # W E y_{t-1} + b for every t: (batch, steps, gates)
+        one_row_each = state.hidden.size(0) == enc.mask.size(0)  # not beams that share encoder rows
+        if torch.is_grad_enabled() and one_row_each and fused.applies(self):  # training: backward by hand
+            attentional, weights, h = fused.feeding_gru(
+                self, enc.keys, enc.annotations, enc.mask, static_gates, state.hidden[:, 0], state.feed
+            )
+            return attentional, weights, DecoderState(hidden=h.unsqueeze(1), feed=attentional[:, -1])
         rnn_weights = self.rnn.step_weights()
-        static_gates = self.rnn.project_static(embedded).unbind(1)  # W E y_{t-1} + b, one tensor per step
+        static_gates = static_gates.unbind(1)  # one (batch, gates) tensor per step
         hidden = list(state.hidden.unbind(1))
         cell = list(state.cell.unbind(1)) if state.cell is not None else None
         feed = state.feed  # h~_{t-1}

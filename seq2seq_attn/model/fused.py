@@ -1,20 +1,29 @@
-"""RNNsearch's training recurrence (one-layer GRU, additive attention) as one autograd Function.
+"""The decoders' training recurrences as autograd Functions with hand-written backward passes.
 
-Why: teacher-forced training runs the time loop of `RNNSearchDecoder._recur` under autograd, which records
-some 25 small operators per step and, in backward, multiplies every weight's gradient step by step
-(dW_hh += dg_i^T s_{i-1}, a (3 hidden x batch) @ (batch x hidden) product per step) and adds each step's
-full-size gradient of the annotations and keys. This Function runs the same equations with a hand-written
-backward, as cuDNN does for its own RNNs: the loop only carries what is recurrent (ds_{i-1}), and the weight
-and annotation gradients are one large product each after the loop, over all steps at once.
+Why: teacher-forced training runs a decoder's time loop under autograd, which records some 25 small
+operators per step and, in backward, multiplies every weight's gradient step by step (dW_hh += dg_i^T s_{i-1},
+a (3 hidden x batch) @ (batch x hidden) product per step) and adds each step's full-size gradient of the
+annotations and keys. These Functions run the same equations with a hand-written backward, as cuDNN does for
+its own RNNs: the loop only carries what is recurrent, and the weight, key and annotation gradients are one
+large product each after the loop, over all steps at once.
 
-Used by the decoder when gradients are needed and the configuration is this one (`applies`); search and
-every other configuration run the step-by-step code. With `train.compile` the attention's share of each
-step, forward (`attention.additive_attention`) and backward (`additive_backward`), runs torch.compile'd. tests/test_fused.py checks it against that code,
-values and gradients, in float64.
+Two recurrences, both with a one-layer GRU (`applies`):
+- `attentive_gru`, RNNsearch with additive attention (Bahdanau et al. 2014, eqs. 5-6 and A.1.1), step i:
+      e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
+      [r; z; n] from x_i = (W E y_{i-1} + b) + C c_i and g_i = U s_{i-1} + b_h,  s_i = n + z (s_{i-1} - n)
+- `feeding_gru`, Luong's input-feeding decoder with a dot-product score (`general`, `dot`; Luong et al. 2015,
+  eqs. 5 and 8, Sec. 3.3), step t:
+      x_t = (W E y_{t-1} + b) + C h~_{t-1},  h_t = GRU(h_{t-1}, x_t) as above
+      e_tj = h_t . k_j (k_j = W_a h_j, or h_j),  a_t = softmax(e_t),  c_t = sum_j a_tj h_j,
+      h~_t = tanh(W_c [c_t ; h_t] + b_c)
+(the GRU in PyTorch's form, see recurrent.py). The decoders use them when gradients are needed; search runs
+the step-by-step code. With `train.compile` RNNsearch's attention, forward (`attention.additive_attention`)
+and backward (`additive_backward`), runs torch.compile'd. tests/test_fused.py checks both Functions against
+the step-by-step code, values and gradients, in float64.
 
-Forward, step i (Bahdanau et al. 2014, eqs. 5-6 and A.1.1, in PyTorch's GRU form, see recurrent.py):
-    e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
-    [r; z; n] from x_i = (W E y_{i-1} + b) + C c_i and g_i = U s_{i-1} + b_h,  s_i = n + z (s_{i-1} - n)
+Precision, in both: the GRU's and the output layer's matrix products run in the compute dtype (bf16 under
+autocast); attention runs in the dtype of the annotations and keys (`device.attention_dtype`: fp32 on a CPU),
+as in the step path, with its softmax and the softmax's gradient in fp32 at least.
 """
 
 from __future__ import annotations
@@ -22,14 +31,54 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .attention import ADDITIVE, additive_attention, additive_half, kernel
+from .attention import additive_attention, additive_half, kernel, masked_softmax, weighted_sum
 from .recurrent import gru_gates
 
 
 def applies(decoder) -> bool:
-    """Whether `attentive_gru` computes this RNNsearch decoder's recurrence."""
+    """Whether this decoder's recurrence has a Function here: a one-layer GRU and a score the decoder's
+    Function computes (`FUSED_SCORES`, a class attribute of each decoder)."""
     rnn = decoder.rnn
-    return decoder.attention.kind in ADDITIVE and not rnn.is_lstm and rnn.num_layers == 1
+    return decoder.attention.kind in decoder.FUSED_SCORES and not rnn.is_lstm and rnn.num_layers == 1
+
+
+def compute_dtype(static_gates: Tensor) -> torch.dtype:
+    """The dtype of the Functions' matrix products: autocast's when it is on (forward runs inside it)."""
+    device_type = static_gates.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    return torch.get_autocast_dtype(device_type) if autocast else static_gates.dtype
+
+
+def gru_step(s: Tensor, x: Tensor, w_hh: Tensor, b_hh: Tensor, saved: Tensor) -> Tensor:
+    """s_i from s_{i-1} (batch, hidden) and the input gates x_i (batch, 3 hidden); stores r, z, n and
+    U_n s_{i-1} + b_hn in `saved` (4, batch, hidden) for `gru_backward`."""
+    gates_h = torch.addmm(b_hh, s, w_hh.T)  # g_i = U s_{i-1} + b_h
+    r, z, n = gru_gates(x, gates_h)
+    torch.stack([r, z, n, gates_h[:, 2 * s.size(1) :]], out=saved)
+    return n + z * (s - n)
+
+
+def gru_backward(ds: Tensor, s_prev: Tensor, saved: Tensor) -> tuple[Tensor, Tensor]:
+    """d x_i and d g_i (batch, 3 hidden) from d s_i, for s_i = n + z (s_{i-1} - n), n = tanh(x_n + r h_n),
+    r, z = sigmoid(.); d s_{i-1} is then ds z + d g_i U (left to the caller, with its other terms)."""
+    r, z, n, h_n = saved
+    d_n = ds * (1 - z) * (1 - n * n)
+    d_z = ds * (s_prev - n) * z * (1 - z)
+    d_r = d_n * h_n * r * (1 - r)
+    return torch.cat([d_r, d_z, d_n], dim=1), torch.cat([d_r, d_z, d_n * r], dim=1)
+
+
+def scores_backward(d_c: Tensor, annotations: Tensor, alpha: Tensor, d_alpha: Tensor) -> Tensor:
+    """d e_i (batch, src_len) in the annotations' dtype, for c_i = sum_j alpha_ij h_j and alpha_i =
+    softmax(e_i), from d c_i (batch, annotation) and any direct d alpha_i (batch, src_len). Padding has
+    alpha = 0, so it gets d e = 0."""
+    d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1).to(alpha.dtype) + d_alpha
+    return (alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))).to(annotations.dtype)
+
+
+def step_major(x: Tensor) -> Tensor:
+    """(batch, steps, n) -> (steps * batch, n), the row order of the per-step gradients stacked in loops."""
+    return x.transpose(0, 1).reshape(-1, x.size(2))
 
 
 def attentive_gru(
@@ -48,21 +97,14 @@ def attentive_gru(
 
 
 class AttentiveGRU(torch.autograd.Function):
-    """Precision: the GRU's matrix products run in the compute dtype (bf16 under autocast); attention runs
-    in the dtype of the annotations and keys (`device.attention_dtype`: fp32 on a CPU), as in the step path,
-    with its softmax and the softmax's gradient in fp32 at least.
-
-    Memory: backward recomputes sigma_ij = sigmoid(2 (W_a s_{i-1} + U_a h_j)) from the saved W_a s_{i-1}
+    """Memory: backward recomputes sigma_ij = sigmoid(2 (W_a s_{i-1} + U_a h_j)) from the saved W_a s_{i-1}
     rather than keeping it from the forward pass: kept, it would be the largest tensor of an update
     (steps x batch x src_len x dim, 240 MB in fp32 for 64 x 60 x 60).
     """
 
     @staticmethod
     def forward(ctx, compiled, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
-        device_type = static_gates.device.type
-        autocast = torch.is_autocast_enabled(device_type)
-        dtype = torch.get_autocast_dtype(device_type) if autocast else static_gates.dtype
-        attention = annotations.dtype
+        dtype, attention = compute_dtype(static_gates), annotations.dtype
         # Autocast would re-cast the weights at every step; cast every operand once, here, instead.
         static_gates, s, w_query, w_context, w_hh, b_hh = (
             x.to(dtype) for x in (static_gates, s0, w_query, w_context, w_hh, b_hh)
@@ -76,18 +118,17 @@ class AttentiveGRU(torch.autograd.Function):
         gates = static_gates.new_empty(steps, 4, batch, hidden)  # r, z, n, U_n s_{i-1} + b_hn: for backward
         queries = keys.new_empty(steps, batch, 1, keys.size(2))  # W_a s_{i-1}, for backward
         attend = kernel(additive_attention, compiled)
-        with torch.autocast(device_type, enabled=False):
+        with torch.autocast(static_gates.device.type, enabled=False):
             for i in range(steps):
                 previous[:, i] = s
                 queries[i] = (s @ w_query.T).unsqueeze(1)
                 context, alpha = attend(queries[i], keys, v, mask, annotations)  # (batch, 1, annotation)
                 context = context.squeeze(1)
-                gates_h = torch.addmm(b_hh, s, w_hh.T)
-                r, z, n = gru_gates(torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), gates_h)
-                s = n + z * (s - n)
+                s = gru_step(
+                    s, torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), w_hh, b_hh, gates[i]
+                )
                 alphas[:, i] = alpha.squeeze(1)
                 contexts[:, i] = context
-                torch.stack([r, z, n, gates_h[:, 2 * hidden :]], out=gates[i])
         saved = (keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
         ctx.save_for_backward(*saved)
         ctx.compiled = compiled
@@ -116,31 +157,120 @@ class AttentiveGRU(torch.autograd.Function):
         d_v = torch.zeros_like(v, dtype=wide)
         attention_backward = kernel(additive_backward, ctx.compiled)
         for i in reversed(range(steps)):
-            r, z, n, h_n = gates[i]
-            s_prev = previous[:, i]
-            # s_i = n + z (s_{i-1} - n); n = tanh(x_n + r h_n); r, z = sigmoid(.)
-            d_n = ds * (1 - z) * (1 - n * n)
-            d_z = ds * (s_prev - n) * z * (1 - z)
-            d_r = d_n * h_n * r * (1 - r)
-            d_x = torch.cat([d_r, d_z, d_n], dim=1)
+            d_x, d_gates_h[i] = gru_backward(ds, previous[:, i], gates[i])
             d_static[:, i] = d_x
-            d_gates_h[i] = torch.cat([d_r, d_z, d_n * r], dim=1)
             d_c = (d_x @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
             d_context[:, i] = d_c
             args = (queries[i], keys, v, annotations, alphas[:, i], d_c, d_alphas[:, i], d_keys)
             d_v_i, d_queries[i] = attention_backward(*args)  # (d_queries: cast to the compute dtype)
             d_v += d_v_i
-            ds = ds * z + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
+            ds = ds * gates[i, 1] + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
         # The weight and annotation gradients: one product each over all steps.
-        flat_previous = previous.transpose(0, 1).reshape(steps * batch, hidden)  # step-major, like d_gates_h
-        d_gates_h = d_gates_h.view(steps * batch, -1)
+        flat_previous = step_major(previous)
+        d_gates_h = d_gates_h.flatten(0, 1)
         d_w_hh = d_gates_h.T @ flat_previous
-        d_w_query = d_queries.view(steps * batch, -1).T @ flat_previous
+        d_w_query = d_queries.flatten(0, 1).T @ flat_previous
         d_w_context = d_static.flatten(0, 1).T @ contexts.flatten(0, 1).to(dtype)
         # (batch, src_len, steps) @ (batch, steps, annotation): sum_i alpha_ij d c_i
         d_annotations = torch.bmm(alphas.transpose(1, 2).to(attention), d_context)
         weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
         return None, d_keys, d_annotations, None, d_static, ds, *weights
+
+
+def feeding_gru(
+    decoder, keys: Tensor, annotations: Tensor, mask: Tensor, static_gates: Tensor, h0: Tensor, feed0: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The recurrence of `LuongDecoder._recur` for decoders where `applies`.
+
+    keys (batch, src_len, hidden) = W_a h_j (or h_j); annotations (batch, src_len, annotation); mask
+    (batch, src_len); static_gates (batch, steps, 3 hidden) = W E y_{t-1} + b; h0 and feed0 = h~_0
+    (batch, hidden).
+    Returns h~_1 .. h~_T (batch, steps, hidden), a_t (batch, steps, src_len) and h_T.
+    """
+    (layer,) = decoder.rnn.step_weights()  # w_ih: C, the columns that read h~_{t-1}
+    combine = decoder.combine
+    weights = (layer.w_ih, layer.w_hh, layer.b_hh, combine.weight, combine.bias)
+    return FeedingGRU.apply(keys, annotations, mask, static_gates, h0, feed0, *weights)
+
+
+class FeedingGRU(torch.autograd.Function):
+    """Backward needs no recomputation: every per-step tensor is (batch, hidden) or (batch, src_len)."""
+
+    @staticmethod
+    def forward(
+        ctx, keys, annotations, mask, static_gates, h0, feed0, w_feed, w_hh, b_hh, w_combine, b_combine
+    ):
+        dtype, attention = compute_dtype(static_gates), annotations.dtype
+        static_gates, h, feed, w_feed, w_hh, b_hh, w_combine, b_combine = (
+            x.to(dtype) for x in (static_gates, h0, feed0, w_feed, w_hh, b_hh, w_combine, b_combine)
+        )
+        batch, steps, hidden = static_gates.size(0), static_gates.size(1), h.size(1)
+        states = static_gates.new_empty(batch, steps + 1, hidden)  # h_0 .. h_T
+        feeds = static_gates.new_empty(batch, steps + 1, hidden)  # h~_0 .. h~_T
+        contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_t
+        wide = torch.promote_types(attention, torch.float32)  # the softmax's dtype
+        alphas = annotations.new_empty(batch, steps, mask.size(1), dtype=wide)  # a_t
+        gates = static_gates.new_empty(steps, 4, batch, hidden)  # r, z, n, U_n h_{t-1} + b_hn: for backward
+        states[:, 0], feeds[:, 0] = h, feed
+        with torch.autocast(static_gates.device.type, enabled=False):
+            for t in range(steps):
+                h = gru_step(h, torch.addmm(static_gates[:, t], feed, w_feed.T), w_hh, b_hh, gates[t])
+                context, alpha = weighted_sum(
+                    masked_softmax(torch.bmm(h.to(attention).unsqueeze(1), keys.transpose(1, 2)), mask),
+                    annotations,
+                )
+                context = context.squeeze(1)  # (batch, annotation)
+                feed = torch.tanh(
+                    torch.addmm(b_combine, torch.cat([context.to(dtype), h], dim=1), w_combine.T)
+                )
+                states[:, t + 1], feeds[:, t + 1] = h, feed
+                contexts[:, t], alphas[:, t] = context, alpha.squeeze(1)
+        ctx.save_for_backward(
+            keys, annotations, w_feed, w_hh, w_combine, states, feeds, contexts, alphas, gates
+        )
+        return feeds[:, 1:], alphas, h
+
+    @staticmethod
+    def backward(ctx, *grads):
+        with torch.autocast(grads[0].device.type, enabled=False):  # (when backward runs inside autocast)
+            return FeedingGRU._backward(ctx, *grads)
+
+    @staticmethod
+    def _backward(ctx, d_feeds, d_alphas, d_h):
+        keys, annotations, w_feed, w_hh, w_combine, states, feeds, contexts, alphas, gates = ctx.saved_tensors
+        dtype, attention = states.dtype, annotations.dtype
+        d_feeds, d_h = d_feeds.to(dtype), d_h.to(dtype)
+        steps, batch, hidden = gates.size(0), gates.size(2), gates.size(3)
+        annotation = annotations.size(2)
+        d_static = states.new_empty(batch, steps, 3 * hidden)  # d x_t
+        d_gates_h = states.new_empty(steps, batch, 3 * hidden)  # d g_t
+        d_combined = states.new_empty(batch, steps, hidden)  # d (W_c [c_t ; h_t] + b_c)
+        d_context = annotations.new_empty(batch, steps, annotation)  # d c_t
+        d_scores = annotations.new_empty(batch, steps, keys.size(1))  # d e_t
+        d_feed = torch.zeros_like(d_h)  # d h~_t through x_{t+1}
+        for t in reversed(range(steps)):
+            d_u = (d_feeds[:, t] + d_feed) * (1 - feeds[:, t + 1] ** 2)  # h~_t = tanh(u_t)
+            d_combined[:, t] = d_u
+            d_ch = d_u @ w_combine  # (batch, annotation + hidden): d c_t, and d h_t through h~_t
+            d_c = d_ch[:, :annotation].to(attention)
+            d_context[:, t] = d_c
+            d_e = scores_backward(d_c, annotations, alphas[:, t], d_alphas[:, t])  # (e_tj = h_t . k_j)
+            d_scores[:, t] = d_e
+            d_h = d_h + d_ch[:, annotation:] + torch.bmm(d_e.unsqueeze(1), keys).squeeze(1).to(dtype)
+            d_x, d_gates_h[t] = gru_backward(d_h, states[:, t], gates[t])
+            d_static[:, t] = d_x
+            d_feed = d_x @ w_feed  # d h~_{t-1}
+            d_h = d_h * gates[t, 1] + d_gates_h[t] @ w_hh  # d h_{t-1}
+        # The weight, key and annotation gradients: one product each over all steps.
+        d_gates_h = d_gates_h.flatten(0, 1)
+        d_w_hh = d_gates_h.T @ step_major(states[:, :-1])
+        d_w_feed = step_major(d_static).T @ step_major(feeds[:, :-1])
+        combined_in = torch.cat([contexts.to(dtype), states[:, 1:]], dim=2).flatten(0, 1)
+        d_w_combine = d_combined.flatten(0, 1).T @ combined_in
+        d_keys = torch.bmm(d_scores.transpose(1, 2), states[:, 1:].to(attention))  # sum_t d e_tj h_t
+        d_annotations = torch.bmm(alphas.transpose(1, 2).to(attention), d_context)  # sum_t a_tj d c_t
+        weights = (d_w_feed, d_w_hh, d_gates_h.sum(0), d_w_combine, d_combined.sum((0, 1)))
+        return d_keys, d_annotations, None, d_static, d_h, d_feed, *weights
 
 
 def additive_backward(
@@ -157,9 +287,7 @@ def additive_backward(
     d alpha_i (batch, src_len): returns d v_a (dim,) and d (W_a s_{i-1}) (batch, dim), and adds d keys into
     `d_keys` (batch, src_len, dim). One function so that `kernel` can compile it as a whole.
     """
-    # c_i = sum_j alpha_ij h_j; alpha_i = softmax(e_i) (padding has alpha = 0, so it gets d e = 0)
-    d_alpha = torch.bmm(d_c.unsqueeze(1), annotations.transpose(1, 2)).squeeze(1).to(alpha.dtype) + d_alpha
-    d_e = (alpha * (d_alpha - (alpha * d_alpha).sum(1, keepdim=True))).to(keys.dtype)  # (batch, src_len)
+    d_e = scores_backward(d_c, annotations, alpha, d_alpha)
     # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)). d v keeps the - sum_j d_e_ij
     # term although it is 0 in exact arithmetic: it cancels most of the rounding error of d_e.
     half = additive_half(query, keys).squeeze(1)  # (batch, src_len, dim), recomputed
