@@ -143,3 +143,20 @@ def test_compiled_attention_computes_what_the_eager_code_does(monkeypatch):
     for got, want in zip(*searches, strict=True):
         assert [h.tokens for h in got] == [h.tokens for h in want]
         assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
+
+
+def test_compiled_attention_under_autograd_on_the_step_path():
+    """Configurations without a fused Function (here an LSTM) train through the compiled kernel under
+    autograd: the same loss and gradients as eager, in float64."""
+    src, lengths, tgt_in = batch()
+    runs = []
+    for compiled in (True, False):
+        model = tiny_model("lstm-bi-1", "bahdanau", "rnnsearch").double().train()
+        assert not fused.applies(model.decoder)
+        model.decoder.attention.compiled = compiled
+        torch.manual_seed(5)
+        loss = model(src, lengths, tgt_in, tgt_in.roll(-1, 1))
+        loss.backward()
+        runs.append([loss] + [p.grad for p in model.parameters()])
+    for got, want in zip(*runs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)

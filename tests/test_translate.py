@@ -255,6 +255,15 @@ def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
 
 
+def test_compile_is_for_beam_search_only(trained):
+    """decode.compile: greedy search gains nothing from it (docs/SPEED.md), so it never compiles."""
+    model = trained[0]
+    assert make_translator(trained, beam_size=2, compile=True).model.decoder.attention.compiled
+    assert not make_translator(trained, beam_size=1, compile=True).model.decoder.attention.compiled
+    assert not make_translator(trained, beam_size=2, compile=False).model.decoder.attention.compiled
+    assert model.decoder.attention.kind == "bahdanau"
+
+
 def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
     lines = "the cat sat\non the big red mat\ndog\n"
     runs = [

@@ -50,8 +50,8 @@ HELP = {
     "precision": "auto: bf16 on GPU, fp32 on CPU; bf16 is faster on AVX-512 BF16 CPUs [decode.precision].",
     "attention": "Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
     "replace_unk": "Replace each <unk> by the most attended source word [decode.replace_unk].",
-    "compile": "Run the additive attention through torch.compile: faster, after seconds of compiling "
-    "[decode.compile].",
+    "compile": "Run the additive attention through torch.compile: faster beam search after seconds of "
+    "compiling; greedy never compiles [decode.compile].",
     "dictionary": "TSV source word<TAB>target word; implies --replace-unk [decode.unk_dictionary].",
     "length_penalty": "Score normalisation [decode.length_penalty].",
     "max_len_a": "At most a * source length + b output tokens [decode.max_len_a].",
