@@ -118,7 +118,7 @@ def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: boo
     torch.manual_seed(0)
     model = build_model(model_cfg, shapes.vocab, shapes.vocab).to(device)
     parameters = sum(p.numel() for p in model.parameters())
-    model.decoder.attention.compiled = compiled
+    model.compile_attention(compiled)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     src = torch.randint(FIRST_ID, shapes.vocab, (shapes.batch, shapes.src_len), device=device)
     src[:, -1] = EOS_ID

@@ -317,7 +317,7 @@ class _Loop:
         )
         self.fused = self.cfg.optimizer in FUSED
         self.bf16 = uses_bf16(self.cfg.precision, device)
-        model.decoder.attention.compiled = self.cfg.compile
+        model.compile_attention(self.cfg.compile)
         self.net = model
         if ranks.world_size > 1:
             ids = [device.index] if device.type == "cuda" else None

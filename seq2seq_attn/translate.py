@@ -117,7 +117,7 @@ class Translator:
         if max_src_tokens < 1:
             raise UserError(f"--max-src-tokens must be >= 1, got {max_src_tokens}")
         # greedy search gains nothing from compiling (too few rows per step) and would pay the compilation
-        model.decoder.attention.compiled = decode_cfg.compile and decode_cfg.beam_size > 1
+        model.compile_attention(decode_cfg.compile and decode_cfg.beam_size > 1)
         self.model, self.vocab, self.cfg, self.device = model, vocab, decode_cfg, device
         self.max_src_tokens = max_src_tokens
         self.with_attention = with_attention or decode_cfg.replace_unk

@@ -27,6 +27,11 @@ class Seq2Seq(nn.Module):
         self.encoder = encoder
         self.decoder = decoder
 
+    def compile_attention(self, enabled: bool) -> None:
+        """Run the additive attention's per-step work torch.compile'd (`train.compile`, `decode.compile`;
+        see attention.kernel)."""
+        self.decoder.attention.compiled = enabled
+
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
         """src (batch, src_len) ids, src_lengths (batch,) >= 1 -> annotations, mask and attention keys."""
         annotations, mask, final = self.encoder(src, src_lengths)
