@@ -109,8 +109,7 @@ class RNNSearchDecoder(nn.Module):
         """The time loop: attention from s_{i-1}, then s_i. Returns the stacked s_{i-1}, c_i, alpha_i and
         the final hidden and cell states."""
         static_gates = self.rnn.project_static(embedded)  # W E y_{i-1} + b for every i: (batch, steps, gates)
-        one_row_each = state.hidden.size(0) == enc.mask.size(0)  # not beams that share encoder rows
-        if torch.is_grad_enabled() and one_row_each and fused.applies(self):  # training: backward by hand
+        if fused.used(self, enc, state):  # training: backward by hand
             s0 = state.hidden[:, 0]
             previous, contexts, weights, s = fused.attentive_gru(
                 self, enc.keys, enc.annotations, enc.mask, static_gates, s0
@@ -181,8 +180,7 @@ class LuongDecoder(nn.Module):
     ) -> tuple[Tensor, Tensor, DecoderState]:
         """The input-feeding time loop: RNN step, then attention from h_t, then h~_t fed to the next step."""
         static_gates = self.rnn.project_static(embedded)  # W E y_{t-1} + b for every t: (batch, steps, gates)
-        one_row_each = state.hidden.size(0) == enc.mask.size(0)  # not beams that share encoder rows
-        if torch.is_grad_enabled() and one_row_each and fused.applies(self):  # training: backward by hand
+        if fused.used(self, enc, state):  # training: backward by hand
             attentional, weights, h = fused.feeding_gru(
                 self, enc.keys, enc.annotations, enc.mask, static_gates, state.hidden[:, 0], state.feed
             )

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from .attention import additive_attention, additive_half, kernel, masked_softmax, weighted_sum
 from .recurrent import gru_gates
+from .states import DecoderState, EncoderOutput
 
 
 def applies(decoder) -> bool:
@@ -40,6 +41,12 @@ def applies(decoder) -> bool:
     Function computes (`FUSED_SCORES`, a class attribute of each decoder)."""
     rnn = decoder.rnn
     return decoder.attention.kind in decoder.FUSED_SCORES and not rnn.is_lstm and rnn.num_layers == 1
+
+
+def used(decoder, enc: EncoderOutput, state: DecoderState) -> bool:
+    """Whether the decoder's time loop runs its Function: gradients are needed (training), the state has one
+    row per sentence (not beams sharing encoder rows), and the configuration `applies`."""
+    return torch.is_grad_enabled() and state.hidden.size(0) == enc.mask.size(0) and applies(decoder)
 
 
 def compute_dtype(static_gates: Tensor) -> torch.dtype:
