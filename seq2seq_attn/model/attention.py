@@ -89,8 +89,7 @@ class Attention(nn.Module):
             if self.kind in ADDITIVE:
                 attend = kernel(additive_attention, self.compiled)
                 return attend(query, enc.keys, self.v.to(dtype), enc.mask, enc.annotations)
-            scores = torch.bmm(query, enc.keys.transpose(1, 2))  # dot, general: e_ij = h_t^T (W_a) h_j
-            return weighted_sum(masked_softmax(scores, enc.mask), enc.annotations)
+            return dot_attention(query, enc.keys, enc.mask, enc.annotations)  # dot, general
 
 
 def kernel(function: Callable, compiled: bool) -> Callable:
@@ -116,6 +115,12 @@ def additive_attention(
     for projected queries W_a s (batch, queries, dim), all in the annotations' dtype (the weights in fp32
     at least)."""
     return weighted_sum(masked_softmax(additive_scores(query, keys, v), mask), annotations)
+
+
+def dot_attention(query: Tensor, keys: Tensor, mask: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
+    """Contexts and weights, as `additive_attention`, of the score e_ij = h_t^T k_j for queries h_t
+    (batch, queries, dim) and keys k_j = W_a h_j (`general`) or h_j (`dot`) (batch, src_len, dim)."""
+    return weighted_sum(masked_softmax(torch.bmm(query, keys.transpose(1, 2)), mask), annotations)
 
 
 def weighted_sum(weights: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:

@@ -28,10 +28,13 @@ as in the step path, with its softmax and the softmax's gradient in fp32 at leas
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
-from .attention import additive_attention, additive_half, kernel, masked_softmax, weighted_sum
+from .attention import additive_attention, additive_half, dot_attention, kernel
 from .recurrent import gru_gates
 from .states import DecoderState, EncoderOutput
 
@@ -54,6 +57,18 @@ def compute_dtype(static_gates: Tensor) -> torch.dtype:
     device_type = static_gates.device.type
     autocast = torch.is_autocast_enabled(device_type)
     return torch.get_autocast_dtype(device_type) if autocast else static_gates.dtype
+
+
+def autocast_off(backward: Callable) -> Callable:
+    """A Function's backward, run with autocast disabled: the engine runs backward inside the caller's
+    autocast block when `loss.backward()` is called in one, which would silently put its products in bf16."""
+
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        with torch.autocast(grads[0].device.type, enabled=False):
+            return backward(ctx, *grads)
+
+    return run
 
 
 def gru_step(s: Tensor, x: Tensor, w_hh: Tensor, b_hh: Tensor, saved: Tensor) -> Tensor:
@@ -142,12 +157,8 @@ class AttentiveGRU(torch.autograd.Function):
         return previous, contexts, alphas, s
 
     @staticmethod
+    @autocast_off
     def backward(ctx, *grads):
-        with torch.autocast(grads[0].device.type, enabled=False):  # (when backward runs inside autocast)
-            return AttentiveGRU._backward(ctx, *grads)
-
-    @staticmethod
-    def _backward(ctx, *grads):
         keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates = (
             ctx.saved_tensors
         )
@@ -222,10 +233,7 @@ class FeedingGRU(torch.autograd.Function):
         with torch.autocast(static_gates.device.type, enabled=False):
             for t in range(steps):
                 h = gru_step(h, torch.addmm(static_gates[:, t], feed, w_feed.T), w_hh, b_hh, gates[t])
-                context, alpha = weighted_sum(
-                    masked_softmax(torch.bmm(h.to(attention).unsqueeze(1), keys.transpose(1, 2)), mask),
-                    annotations,
-                )
+                context, alpha = dot_attention(h.to(attention).unsqueeze(1), keys, mask, annotations)
                 context = context.squeeze(1)  # (batch, annotation)
                 feed = torch.tanh(
                     torch.addmm(b_combine, torch.cat([context.to(dtype), h], dim=1), w_combine.T)
@@ -238,12 +246,8 @@ class FeedingGRU(torch.autograd.Function):
         return feeds[:, 1:], alphas, h
 
     @staticmethod
-    def backward(ctx, *grads):
-        with torch.autocast(grads[0].device.type, enabled=False):  # (when backward runs inside autocast)
-            return FeedingGRU._backward(ctx, *grads)
-
-    @staticmethod
-    def _backward(ctx, d_feeds, d_alphas, d_h):
+    @autocast_off
+    def backward(ctx, d_feeds, d_alphas, d_h):
         keys, annotations, w_feed, w_hh, w_combine, states, feeds, contexts, alphas, gates = ctx.saved_tensors
         dtype, attention = states.dtype, annotations.dtype
         d_feeds, d_h = d_feeds.to(dtype), d_h.to(dtype)
