@@ -202,6 +202,21 @@ class ModelConfig:
         256, "Hidden size of the alignment model (bahdanau, concat; paper: 1000).", ge=1
     )
     maxout_dim: int = option(256, "Deep-output maxout units after pooling (rnnsearch; paper: 500).", ge=1)
+    decoder_step: str = option(
+        "attend_then_update",
+        "RNNsearch / RNNencdec step order. attend_then_update (Appendix A.2.2): s_{i-1} queries "
+        "attention and feeds the deep output, then s_i = f(s_{i-1}, y_{i-1}, c_i), so the state that "
+        "predicts y_i has not read y_{i-1}. update_then_attend (the authors' GroundHog code; eq. 4 of the "
+        "main text): the state first reads y_{i-1} with the previous context c_{i-1}, then queries "
+        "attention and feeds the deep output. See docs/model.md.",
+        choices=["attend_then_update", "update_then_attend"],
+    )
+    fixed_context: str = option(
+        "projected",
+        "RNNencdec (attention none): the fixed context c. projected: c = tanh(V h_T) (Cho et al. 2014, "
+        "arXiv 1406.1078); last_state: c = h_T, the encoder's last state (Bahdanau et al.'s RNNencdec).",
+        choices=["projected", "last_state"],
+    )
     input_feeding: bool = option(
         True,
         "Luong: feed the previous attentional vector into the next step (off: one cuDNN call for all steps).",
@@ -275,6 +290,13 @@ class TrainConfig:
     min_learning_rate: float = option(1e-6, "Lower bound on the learning rate.", ge=0)
     clip_norm: float = option(1.0, "Clip the global gradient norm to this (paper: 1; 0: off).", ge=0)
     label_smoothing: float = option(0.0, "Label smoothing of the cross-entropy.", ge=0, lt=1)
+    loss_norm: str = option(
+        "tokens",
+        "What the batch's summed loss is divided by before backward: its target tokens (mean token loss) "
+        "or its sentences (sum over each sentence, mean over sentences: the RNNsearch authors' code; with "
+        "Adadelta and clip_norm 1 the gradient is about mean-target-length times larger).",
+        choices=["tokens", "sentences"],
+    )
     max_steps: int = option(0, "Stop after this many updates (0: no limit).", ge=0)
     max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", ge=0)
     max_minutes: float = option(0.0, "Wall-clock training budget in minutes (0: no limit).", ge=0)
@@ -315,6 +337,12 @@ class DecodeConfig:
     max_len_a: float = option(1.5, "Maximum output length is a*src_len + b (tokens).", ge=0)
     max_len_b: int = option(10, "See max_len_a.", ge=1)
     min_len: int = option(0, "Minimum output length in tokens before EOS is allowed.", ge=0)
+    min_len_a: float = option(
+        0.0,
+        "Minimum output length relative to the source: EOS is forbidden before ceil(a * src_len) tokens "
+        "(the larger of this and min_len applies; the RNNsearch authors' beam search: 0.5).",
+        ge=0,
+    )
     no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
     batch_tokens: int = option(4000, "Source tokens per decoding batch.", ge=1)
     precision: str = option(

@@ -31,6 +31,17 @@ def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) ->
         return model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, label_smoothing)
 
 
+def loss_divisor(batch: Batch, loss_norm: str) -> int:
+    """What an update divides the batch's summed loss by before backward (`train.loss_norm`).
+
+    tokens: the target tokens, so the gradient is that of the mean token loss. sentences: the sentences,
+    as the RNNsearch authors' code (GroundHog) did: each sentence's loss summed over its tokens, averaged
+    over sentences. The two gradients differ by the batch's target tokens per sentence, which matters
+    with Adadelta and norm clipping: steps of small gradients scale with them (see docs/model.md).
+    """
+    return batch.n_tokens if loss_norm == "tokens" else batch.src.size(0)
+
+
 def summed_cross_entropy(
     logits_of: Callable[[Tensor], Tensor],
     features: Tensor,

@@ -25,6 +25,7 @@ resolved by the values of that sentence's row alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,6 +74,7 @@ def check_decode_config(cfg: DecodeConfig) -> None:
         (cfg.max_len_a >= 0, f"--max-len-a (decode.max_len_a) must be >= 0, got {cfg.max_len_a}"),
         (cfg.max_len_b >= 1, f"--max-len-b (decode.max_len_b) must be >= 1, got {cfg.max_len_b}"),
         (cfg.min_len >= 0, f"--min-len (decode.min_len) must be >= 0, got {cfg.min_len}"),
+        (cfg.min_len_a >= 0, f"--min-len-a (decode.min_len_a) must be >= 0, got {cfg.min_len_a}"),
         (
             cfg.no_repeat_ngram >= 0,
             f"--no-repeat-ngram (decode.no_repeat_ngram) must be >= 0, got {cfg.no_repeat_ngram}",
@@ -96,6 +98,15 @@ def length_penalty(length: int, kind: str, alpha: float) -> float:
 def max_output_length(src_len: int, cfg: DecodeConfig) -> int:
     """Most target tokens (EOS not counted) for a source of `src_len` tokens (its EOS not counted)."""
     return int(cfg.max_len_a * src_len + cfg.max_len_b)
+
+
+def min_output_length(src_len: int, cfg: DecodeConfig) -> int:
+    """Fewest target tokens before EOS is allowed, for a source of `src_len` tokens (its EOS not counted).
+
+    With min_len_a = 0.5 this is GroundHog's rule (EOS forbidden at steps k < (src_len + 1) // 2, its
+    source length counting the EOS), since ceil(n / 2) = (n + 1) // 2.
+    """
+    return max(cfg.min_len, math.ceil(cfg.min_len_a * src_len))
 
 
 def score_bound(open_log_prob: float, max_len: int, cfg: DecodeConfig) -> float:
@@ -124,6 +135,7 @@ def beam_search(
     device = src.device
     src_len_list = src_lengths.tolist()
     max_lens = [max_output_length(n - 1, cfg) for n in src_len_list]
+    min_lens = [min_output_length(n - 1, cfg) for n in src_len_list]
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     alive = list(range(batch))  # the original index of each sentence still searching
 
@@ -139,6 +151,7 @@ def beam_search(
     history = src.new_zeros((batch * k, 0, src.size(1)), dtype=torch.float) if with_attention else None
     y_prev = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
     max_len_rows = torch.tensor(max_lens, device=device).repeat_interleave(k)  # (rows,)
+    min_len_rows = torch.tensor(min_lens, device=device).repeat_interleave(k)  # (rows,)
 
     step = 0
     while alive:
@@ -148,7 +161,7 @@ def beam_search(
         vocab_size = step_log_probs.size(1)
         # Every continuation of every open hypothesis of a sentence: (sentences, k * V).
         candidates = log_p.view(-1, 1) + step_log_probs.float()  # (rows, V)
-        constrain_(candidates, step, tokens, max_len_rows, cfg)
+        constrain_(candidates, step, tokens, min_len_rows, max_len_rows, cfg.no_repeat_ngram)
         candidates = candidates.view(n, k * vocab_size)
         top_log_p, top_index = candidates.topk(k, dim=1)  # (sentences, k), best first
         origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # slot the candidate extends
@@ -183,6 +196,7 @@ def beam_search(
             kept_rows = ((keep_index * k).unsqueeze(1) + torch.arange(k, device=device)).view(-1)
             enc = enc.index_select(keep_index)
             max_len_rows = max_len_rows.index_select(0, kept_rows)
+            min_len_rows = min_len_rows.index_select(0, kept_rows)
             alive = [alive[a] for a in keep]
         log_p = log_p.index_select(0, keep_index)
         y_prev = next_token.index_select(0, keep_index).view(-1)
@@ -199,17 +213,18 @@ def beam_search(
     return [_best(hyps, cfg.nbest) for hyps in finished]
 
 
-def constrain_(scores: Tensor, step: int, tokens: Tensor, max_len_rows: Tensor, cfg: DecodeConfig) -> None:
+def constrain_(
+    scores: Tensor, step: int, tokens: Tensor, min_len_rows: Tensor, max_len_rows: Tensor, no_repeat: int
+) -> None:
     """Forbid, in place in scores (rows, V), what a hypothesis may not do next: PAD and BOS always, EOS
-    before `min_len` tokens, anything but EOS at its maximum length (this wins over `min_len`), and tokens
-    that would repeat an n-gram."""
+    before its row's minimum length, anything but EOS at its maximum length (this wins over the minimum),
+    and tokens that would repeat an n-gram of size `no_repeat` (0: off)."""
     at_max = (max_len_rows <= step).nonzero().squeeze(1)  # rows that must end now
     eos_at_max = scores[at_max, EOS_ID]  # (a copy)
     scores[:, [PAD_ID, BOS_ID]] = NEG_INF
-    if step < cfg.min_len:
-        scores[:, EOS_ID] = NEG_INF
-    if cfg.no_repeat_ngram:
-        row, token = repeated_ngrams(tokens, cfg.no_repeat_ngram)
+    scores[:, EOS_ID].masked_fill_(min_len_rows > step, NEG_INF)
+    if no_repeat:
+        row, token = repeated_ngrams(tokens, no_repeat)
         scores[row, token] = NEG_INF
     if len(at_max):
         scores[at_max] = NEG_INF

@@ -40,7 +40,7 @@ from .data.prepare import prepare
 from .device import resolve_device, uses_bf16
 from .errors import UserError
 from .io import TEMP_SUFFIX, write_text
-from .loss import batch_loss
+from .loss import batch_loss, loss_divisor
 from .model import build_model
 from .optim import FUSED, Schedule, build_optimizer, step_optimizer
 from .validate import validate
@@ -371,7 +371,7 @@ class _Loop:
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = batch_loss(self.net, batch, self.bf16, self.cfg.label_smoothing)
-        (loss_sum / batch.n_tokens).backward()
+        (loss_sum / loss_divisor(batch, self.cfg.loss_norm)).backward()
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         bad = (~(torch.isfinite(loss_sum) & torch.isfinite(norm))).float()

@@ -10,10 +10,15 @@ from test_model import batch, tiny_model
 
 from seq2seq_attn.config import DecodeConfig
 from seq2seq_attn.model import fused
-from seq2seq_attn.model.states import DecoderState
 from seq2seq_attn.search import beam_search
 
-FUSED = [("rnnsearch", "bahdanau"), ("rnnsearch", "concat"), ("luong-feed", "general"), ("luong-feed", "dot")]
+FUSED = [
+    ("rnnsearch", "bahdanau"),
+    ("rnnsearch", "concat"),
+    ("rnnsearch-uta", "bahdanau"),
+    ("luong-feed", "general"),
+    ("luong-feed", "dot"),
+]
 
 
 def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tuple[list, list]:
@@ -35,11 +40,10 @@ def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tup
 
 
 def loop_outputs(recurred: tuple) -> list:
-    """RNNsearch's (s_{i-1}, c_i, alpha_i, s_T) or Luong's (h~_t, a_t, h_T, h~_T)."""
-    if isinstance(recurred[-1], DecoderState):
-        attentional, weights, state = recurred
-        return [attentional, weights, state.hidden, state.feed]
-    return list(recurred[:4])
+    """RNNsearch's (s, c_i, alpha_i) or Luong's (h~_t, a_t), then the final state's hidden and (Luong, and
+    RNNsearch's update_then_attend) feed."""
+    *tensors, state = recurred
+    return [*tensors, state.hidden] + ([state.feed] if state.feed is not None else [])
 
 
 @pytest.mark.parametrize(("decoder", "attention"), FUSED)

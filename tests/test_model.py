@@ -21,7 +21,12 @@ torch.set_num_threads(1)
 VOCAB = 20
 PAD, BOS = 0, 2
 ATTENTIONS = ["none", "bahdanau", "dot", "general", "concat"]
-DECODERS = {"rnnsearch": ("rnnsearch", True), "luong-feed": ("luong", True), "luong-nofeed": ("luong", False)}
+DECODERS = {  # (decoder, input_feeding, decoder_step)
+    "rnnsearch": ("rnnsearch", True, "attend_then_update"),
+    "rnnsearch-uta": ("rnnsearch", True, "update_then_attend"),
+    "luong-feed": ("luong", True, "attend_then_update"),
+    "luong-nofeed": ("luong", False, "attend_then_update"),
+}
 ENCODERS = {  # (cell, bidirectional, layers)
     f"{cell}-{'bi' if bi else 'uni'}-{layers}": (cell, bi, layers)
     for cell, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
@@ -31,7 +36,7 @@ ALL = list(itertools.product(ENCODERS, ATTENTIONS, DECODERS))
 
 def tiny_config(encoder: str = "gru-bi-1", attention: str = "bahdanau", decoder: str = "rnnsearch", **kw):
     cell, bidirectional, layers = ENCODERS[encoder]
-    kind, feeding = DECODERS[decoder]
+    kind, feeding, step = DECODERS[decoder]
     annotation = 16 * (2 if bidirectional else 1)
     values = dict(
         decoder=kind,
@@ -48,6 +53,7 @@ def tiny_config(encoder: str = "gru-bi-1", attention: str = "bahdanau", decoder:
         attention_dim=12,
         maxout_dim=10,
         input_feeding=feeding,
+        decoder_step=step,
         init="pytorch",
     )
     return ModelConfig(**{**values, **kw})

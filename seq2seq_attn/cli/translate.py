@@ -91,6 +91,9 @@ def translate_command(
     min_len: int | None = typer.Option(
         None, "--min-len", help="No EOS before this many tokens [decode.min_len]."
     ),
+    min_len_a: float | None = typer.Option(
+        None, "--min-len-a", help="No EOS before ceil(a * source length) tokens [decode.min_len_a]."
+    ),
     no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram", help=HELP["no_repeat_ngram"]),
     max_src_tokens: int = typer.Option(
         DEFAULT_MAX_SRC_TOKENS, "--max-src-tokens", help=HELP["max_src_tokens"]
@@ -126,6 +129,7 @@ def translate_command(
         "max_len_a": max_len_a,
         "max_len_b": max_len_b,
         "min_len": min_len,
+        "min_len_a": min_len_a,
         "no_repeat_ngram": no_repeat_ngram,
     }
     decode = dataclasses.replace(

@@ -5,8 +5,10 @@ One module, one interface, selected by `model.attention`:
 - `concat` (Luong et al. 2015, eq. 8): v_a^T tanh(W_a [h_t ; h_j]), the same additive score written with
   one matrix over the concatenation, so it shares `bahdanau`'s code (W_a [h_t ; h_j] = W_1 h_t + W_2 h_j).
 - `general` (Luong): h_t^T W_a h_j.   `dot` (Luong): h_t^T h_j (query and annotation sizes must match).
-- `none`: no attention, the RNNencdec baseline (Cho et al. 2014): one fixed context c = tanh(V h_T) for
-  every step, where h_T = [fwd h_T ; bwd h_1] for a bidirectional encoder.
+- `none`: no attention, the RNNencdec baseline: one fixed context c for every step, from the encoder's last
+  state h_T (= [fwd h_T ; bwd h_1] for a bidirectional encoder): c = tanh(V h_T) as in Cho et al. 2014
+  (arXiv 1406.1078, `model.fixed_context: projected`) or c = h_T as in Bahdanau et al.'s RNNencdec
+  (`last_state`).
 
 Which state is the query (s_{i-1} before the RNN update in RNNsearch, h_t after it in Luong) is the decoder's
 business. The key side (U_a h_j, W_a h_j) does not depend on the decoder, so `prepare` computes it once per
@@ -31,12 +33,20 @@ ADDITIVE = ("bahdanau", "concat")
 
 
 class Attention(nn.Module):
-    def __init__(self, kind: str, query_size: int, annotation_size: int, attention_dim: int) -> None:
+    def __init__(
+        self,
+        kind: str,
+        query_size: int,
+        annotation_size: int,
+        attention_dim: int,
+        fixed_context: str = "projected",
+    ) -> None:
         super().__init__()
         self.kind = kind
         self.compiled = False  # run the additive score's elementwise work compiled, see `kernel`
-        if kind == "none":
-            self.summary_proj = nn.Linear(annotation_size, annotation_size)  # V in c = tanh(V h_T)
+        if kind == "none":  # V in c = tanh(V h_T); none for c = h_T
+            projected = fixed_context == "projected"
+            self.summary_proj = nn.Linear(annotation_size, annotation_size) if projected else None
         elif kind in ADDITIVE:
             self.key_proj = nn.Linear(annotation_size, attention_dim)  # U_a h_j (+ the score's one bias)
             self.query_proj = nn.Linear(query_size, attention_dim, bias=False)  # W_a s_{i-1}
@@ -57,6 +67,8 @@ class Attention(nn.Module):
     def prepare(self, annotations: Tensor, final: Tensor) -> tuple[Tensor | None, Tensor | None]:
         """Keys (batch, src_len, key_size) and, for `none`, the fixed context (batch, annotation_size)."""
         if self.kind == "none":
+            if self.summary_proj is None:
+                return None, final  # c = h_T
             return None, torch.tanh(self.summary_proj(final))  # c = tanh(V h_T)
         if self.kind == "dot":
             return annotations, None

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from ..config import ModelConfig
 from . import fused
@@ -29,6 +30,11 @@ from .states import DecoderState, EncoderOutput
 # in chunks together with the loss. Then the state after the last step and the attention weights
 # (batch, steps, src_len).
 DecoderOutput = tuple[Tensor, DecoderState, Tensor]
+
+# What RNNsearch's recurrences return: the states that queried attention and feed the deep output (batch,
+# steps, hid), the contexts c_i (batch, steps, annotation), the weights alpha_i (batch, steps, src_len) and
+# the state after the last step.
+Recurrence = tuple[Tensor, Tensor, Tensor, DecoderState]
 
 
 class InitialState(nn.Module):
@@ -64,10 +70,17 @@ class InitialState(nn.Module):
 class RNNSearchDecoder(nn.Module):
     """Bahdanau et al. 2014, Appendix A.2.2, with the alignment model of A.1.2.
 
-    Step i: attention from the previous state, c_i = sum_j alpha_ij h_j, alpha_i from e_ij = a(s_{i-1}, h_j);
-    s_i = GRU(s_{i-1}, [E y_{i-1} ; c_i]); deep output t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i,
-    t_i = max-pool over pairs of t~_i (maxout), p(y_i) = softmax(W_o t_i).
-    With attention `none` the context is the fixed c of the RNNencdec and the same equations apply.
+    Step i predicts y_i from the state s that queries attention, the previous word and the context c_i:
+        e_ij = a(s, h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j            (eqs. 5, 6)
+        t~_i = U_o s + V_o E y_{i-1} + C_o c_i,  t_i = maxout(t~_i),  p(y_i) = softmax(W_o t_i)  (A.2.2)
+    The GRU update s' = f(s, [E y ; c]) comes in one of two orders (`model.decoder_step`, docs/model.md):
+    - attend_then_update (Appendix A.2.2): s = s_{i-1}, then s_i = f(s_{i-1}, [E y_{i-1} ; c_i]). The state
+      that predicts y_i has not read y_{i-1}; only the deep output's V_o E y_{i-1} has.
+    - update_then_attend (the authors' GroundHog code; s_i = f(s_{i-1}, y_{i-1}, c) of eq. 4): s first
+      reads y_{i-1} with the previous step's context, s = f(s_prev, [E y_{i-1} ; c_{i-1}]), then queries
+      attention and feeds the deep output. The first step reads no word (s = s_0); the context not yet
+      read by the state travels in `DecoderState.feed`.
+    With attention `none` c_i is the fixed c of the RNNencdec and the same equations apply.
     """
 
     FUSED_SCORES = ADDITIVE  # the attention kinds of fused.attentive_gru
@@ -75,8 +88,9 @@ class RNNSearchDecoder(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int, annotation_size: int) -> None:
         super().__init__()
         emb, hid, maxout = cfg.tgt_embed_dim, cfg.decoder_hidden_size, cfg.maxout_dim
+        self.update_first = cfg.decoder_step == "update_then_attend"
         self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD)  # E
-        self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim)
+        self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim, cfg.fixed_context)
         self.init = InitialState(cfg, annotation_size, feed_size=0)
         self.rnn = RecurrentStack(cfg.cell, emb, annotation_size, hid, cfg.decoder_layers, cfg.dropout_hidden)
         self.maxout = nn.Linear(hid + emb + annotation_size, 2 * maxout)  # [U_o V_o C_o] (one matrix)
@@ -88,53 +102,70 @@ class RNNSearchDecoder(nn.Module):
         """Features t_i (batch, steps, maxout), the state after the last step and the attention weights
         (batch, steps, src_len) for the inputs y_0 .. y_{T-1} (batch, steps), y_0 = <bos>."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{i-1}: (batch, steps, emb)
-        if self.attention.kind == "none":
-            # RNNencdec: c is the same at every step, so the recurrence needs no loop: one cuDNN call.
-            # `none` reads only the query's shape: c at every step, uniform weights
-            contexts, weights = self.attention(embedded, enc)  # (batch, steps, annotation)
-            inputs = torch.cat([embedded, contexts], dim=-1)  # [E y_{i-1} ; c]
-            outputs, hidden, cell = self.rnn.run(inputs, state.hidden, state.cell)  # s_1 .. s_T
-            previous = torch.cat([state.hidden[:, -1:], outputs[:, :-1]], dim=1)  # s_0 .. s_{T-1}
-        else:
-            previous, contexts, weights, hidden, cell = self._recur(enc, state, embedded)
-        new_state = DecoderState(hidden=hidden, cell=cell)
-        # Deep output (A.2.2): t~_i = U_o s_{i-1} + V_o E y_{i-1} + C_o c_i for all steps in one matmul.
-        t_tilde = self.maxout(torch.cat([previous, embedded, contexts], dim=-1))  # (batch, steps, 2 * maxout)
+        recur = self._fixed_context if self.attention.kind == "none" else self._recur
+        states, contexts, weights, new_state = recur(enc, state, embedded)
+        # Deep output (A.2.2): t~_i = U_o s + V_o E y_{i-1} + C_o c_i for all steps in one matmul.
+        t_tilde = self.maxout(torch.cat([states, embedded, contexts], dim=-1))  # (batch, steps, 2 * maxout)
         t = t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1)  # t_i,j = max(t~_i,2j-1, t~_i,2j)
         return t, new_state, weights  # p(y_i) = softmax(W_o t_i): Seq2Seq.logits
 
-    def _recur(
-        self, enc: EncoderOutput, state: DecoderState, embedded: Tensor
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-        """The time loop: attention from s_{i-1}, then s_i. Returns the stacked s_{i-1}, c_i, alpha_i and
-        the final hidden and cell states."""
+    def _fixed_context(self, enc: EncoderOutput, state: DecoderState, embedded: Tensor) -> Recurrence:
+        """RNNencdec: c is the same at every step, so the recurrence needs no loop: one cuDNN call."""
+        # `none` reads only the query's shape: c at every step, uniform weights
+        contexts, weights = self.attention(embedded, enc)  # (batch, steps, annotation)
+        inputs = torch.cat([embedded, contexts], dim=-1)  # [E y_{i-1} ; c]
+        top = state.hidden[:, -1:]  # the top layer's state before the first step: (batch, 1, hid)
+        if self.update_first:
+            fresh = state.feed is None  # the first step reads no word
+            outputs, hidden, cell = self.rnn.run(inputs[:, 1:] if fresh else inputs, state.hidden, state.cell)
+            states = torch.cat([top, outputs], dim=1) if fresh else outputs
+            return states, contexts, weights, DecoderState(hidden=hidden, cell=cell, feed=contexts[:, -1])
+        outputs, hidden, cell = self.rnn.run(inputs, state.hidden, state.cell)  # s_1 .. s_T
+        states = torch.cat([top, outputs[:, :-1]], dim=1)  # s_0 .. s_{T-1}
+        return states, contexts, weights, DecoderState(hidden=hidden, cell=cell)
+
+    def _recur(self, enc: EncoderOutput, state: DecoderState, embedded: Tensor) -> Recurrence:
+        """The time loop, attention and update in the configured order."""
         static_gates = self.rnn.project_static(embedded)  # W E y_{i-1} + b for every i: (batch, steps, gates)
-        if fused.used(self, enc, state):  # training: backward by hand
-            s0 = state.hidden[:, 0]
-            previous, contexts, weights, s = fused.attentive_gru(
-                self, enc.keys, enc.annotations, enc.mask, static_gates, s0
-            )
-            return previous, contexts, weights, s.unsqueeze(1), None
+        if fused.used(self, enc, state) and state.feed is None:  # training: backward by hand
+            return self._fused(enc, state, static_gates)
         rnn_weights = self.rnn.step_weights()
-        static_gates = static_gates.unbind(1)  # one (batch, gates) tensor per step: one backward op, not T
         hidden = list(state.hidden.unbind(1))
         cell = list(state.cell.unbind(1)) if state.cell is not None else None
-        previous, contexts, weights = [], [], []
-        for gates in static_gates:
-            s_prev = hidden[-1]  # the top layer's s_{i-1}: (batch, hid)
-            context, alpha = self.attention(s_prev.unsqueeze(1), enc)  # alpha_ij, c_i: eqs. (5), (6)
-            _, hidden, cell = self.rnn.step(rnn_weights, gates, context.squeeze(1), hidden, cell)  # s_i
-            previous.append(s_prev)
+        context = state.feed  # update_then_attend: c_{i-1}, not yet read by the state (None at the start)
+        states, contexts, weights = [], [], []
+        for gates in static_gates.unbind(1):  # one (batch, gates) tensor per step: one backward op, not T
+            if self.update_first and context is not None:  # s = f(s, [E y_{i-1} ; c_{i-1}])
+                _, hidden, cell = self.rnn.step(rnn_weights, gates, context, hidden, cell)
+            s = hidden[-1]  # the top layer's state that queries attention: (batch, hid)
+            context, alpha = self.attention(s.unsqueeze(1), enc)  # alpha_ij, c_i: eqs. (5), (6)
+            context = context.squeeze(1)  # (batch, annotation)
+            if not self.update_first:
+                _, hidden, cell = self.rnn.step(rnn_weights, gates, context, hidden, cell)  # s_i
+            states.append(s)
             contexts.append(context)
             weights.append(alpha)
-        stacked_cell = torch.stack(cell, dim=1) if cell is not None else None
-        return (
-            torch.stack(previous, dim=1),  # (batch, steps, hid)
-            torch.cat(contexts, dim=1),  # (batch, steps, annotation)
-            torch.cat(weights, dim=1),  # (batch, steps, src_len)
-            torch.stack(hidden, dim=1),  # (batch, layers, hid)
-            stacked_cell,
+        new_state = DecoderState(
+            hidden=torch.stack(hidden, dim=1),  # (batch, layers, hid)
+            cell=torch.stack(cell, dim=1) if cell is not None else None,
+            feed=context if self.update_first else None,
         )
+        return torch.stack(states, dim=1), torch.stack(contexts, dim=1), torch.cat(weights, dim=1), new_state
+
+    def _fused(self, enc: EncoderOutput, state: DecoderState, static_gates: Tensor) -> Recurrence:
+        """The loop as one autograd Function (`fused.attentive_gru`), which runs attend_then_update.
+
+        update_then_attend is the same loop with every update one word later: the update after step i
+        reads y_i, so the gates shift by one step, and the update after the last step (which nothing
+        reads) gets zeros.
+        """
+        gates = F.pad(static_gates[:, 1:], (0, 0, 0, 1)) if self.update_first else static_gates
+        states, contexts, weights, s = fused.attentive_gru(
+            self, enc.keys, enc.annotations, enc.mask, gates, state.hidden[:, 0]
+        )
+        if self.update_first:
+            return states, contexts, weights, DecoderState(hidden=states[:, -1:], feed=contexts[:, -1])
+        return states, contexts, weights, DecoderState(hidden=s.unsqueeze(1))
 
 
 class LuongDecoder(nn.Module):

@@ -68,6 +68,8 @@ class RecurrentStack(nn.Module):
 
         Returns the top layer's outputs (batch, steps, hidden) and the new hidden and cell states.
         """
+        if not inputs.size(1):  # no step to run (the library RNNs refuse empty sequences)
+            return inputs.new_empty(inputs.size(0), 0, self.rnn.hidden_size), hidden, cell
         h0 = hidden.transpose(0, 1).contiguous()  # (layers, batch, hidden)
         if self.is_lstm:
             outputs, (h, c) = self.rnn(inputs, (h0, cell.transpose(0, 1).contiguous()))

@@ -55,7 +55,9 @@ class DecoderState:
 
     hidden: (batch, decoder_layers, decoder_hidden) s_{i-1} (RNNsearch) or h_{t-1} (Luong) of each layer.
     cell: (batch, decoder_layers, decoder_hidden) LSTM memory cells; None for GRU.
-    feed: (batch, decoder_hidden) Luong's previous attentional vector h~_{t-1} for input feeding; else None.
+    feed: what the next step's recurrence reads from the previous step's attention: Luong's attentional
+          vector h~_{t-1} for input feeding (batch, decoder_hidden), or RNNsearch's context c_{i-1} in the
+          update_then_attend order (batch, annotation_size; None before the first step); else None.
     """
 
     hidden: Tensor
