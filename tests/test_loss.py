@@ -1,13 +1,18 @@
-"""The training loss: the chunked vocabulary projection + cross-entropy equals the one-block computation."""
+"""The training loss: the chunked vocabulary projection + cross-entropy equals the one-block computation;
+normalised by tokens or by sentences."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from seq2seq_attn.loss import summed_cross_entropy
+from seq2seq_attn.batching import collate
+from seq2seq_attn.config import ModelConfig
+from seq2seq_attn.loss import batch_loss, loss_divisor, summed_cross_entropy
+from seq2seq_attn.model import build_model
 from seq2seq_attn.vocab import PAD_ID
 
 VOCAB, FEATURES = 11, 6
@@ -60,3 +65,23 @@ def test_bf16_logits_are_summed_in_fp32() -> None:
         loss = summed_cross_entropy(projection, features, targets, VOCAB, chunk_logits=VOCAB * 3)
     assert loss.dtype == torch.float32
     assert loss.item() == pytest.approx(reference(projection, features, targets, 0.0).item(), rel=0.02)
+
+
+def test_sentence_normalisation_scales_the_gradient_by_tokens_per_sentence() -> None:
+    """`train.loss_norm`: on one batch, the gradient with `sentences` is the gradient with `tokens` times
+    the batch's target tokens per sentence (EOS included), for every parameter."""
+    cfg = ModelConfig(hidden_size=8, decoder_hidden_size=8, attention_dim=8, maxout_dim=4, init="pytorch")
+    torch.manual_seed(0)
+    model = build_model(cfg, VOCAB, VOCAB).train()
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, VOCAB, n) for n in (5, 2, 7)]
+    tgt = [rng.integers(4, VOCAB, n) for n in (6, 3, 1)]
+    batch = collate(src, tgt)
+    grads = {}
+    for norm in ("tokens", "sentences"):
+        model.zero_grad(set_to_none=True)
+        (batch_loss(model, batch, bf16=False) / loss_divisor(batch, norm)).backward()
+        grads[norm] = [p.grad.clone() for p in model.parameters()]
+    assert batch.n_tokens == 6 + 3 + 1 + 3  # the targets and their EOS
+    for by_sentence, by_token in zip(grads["sentences"], grads["tokens"], strict=True):
+        torch.testing.assert_close(by_sentence, by_token * (13 / 3))

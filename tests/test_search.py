@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -177,6 +178,25 @@ def test_output_lengths_respect_min_and_max(min_len: int, max_len_a: float, max_
         for hyp in nbest:
             assert min(min_len, longest) <= len(hyp.tokens) <= longest  # the maximum wins over the minimum
             assert not {PAD_ID, BOS_ID, EOS_ID} & set(hyp.tokens)
+
+
+def test_minimum_length_relative_to_the_source() -> None:
+    """decode.min_len_a: no EOS before ceil(a * source length) tokens (GroundHog's rule with a = 0.5, with
+    its bound of 3n + 2 tokens), unless the maximum is shorter."""
+    model = random_model(4)
+    with torch.no_grad():
+        model.decoder.output.bias[EOS_ID] += 4.0  # a model that likes to stop early
+    srcs = sources(12, seed=9, longest=16)
+    shortest = lambda cfg: [  # noqa: E731
+        (len(ids), min(len(h.tokens) for h in nbest))
+        for ids, nbest in zip(srcs, translate_ids(model, srcs, cfg, "cpu"), strict=True)
+    ]
+    groundhog = {"beam_size": 3, "nbest": 3, "max_len_a": 3.0, "max_len_b": 2, "length_penalty": "none"}
+    assert any(got < math.ceil(1.5 * n) for n, got in shortest(decode(**groundhog)))  # the test can fail
+    for a in (0.5, 1.5):
+        assert all(got >= math.ceil(a * n) for n, got in shortest(decode(**groundhog, min_len_a=a)))
+    capped = decode(beam_size=2, min_len=1, min_len_a=2.0, max_len_a=1.0, max_len_b=1)
+    assert all(got == n + 1 for n, got in shortest(capped))  # the maximum wins
 
 
 def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
