@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import console
 from .batching import BatchStream
 from .config import Config, from_dict, to_dict
 from .distributed import Ranks
@@ -121,17 +122,23 @@ def run_dir_of(checkpoint: Path) -> Path:
     return checkpoint.resolve().parent.parent
 
 
-def load_trained(path: str | Path, device: str | torch.device = "cpu", which: str = BEST):
+def load_trained(path: str | Path, device: str | torch.device = "cpu", which: str = BEST, average: int = 0):
     """Rebuild a trained model for inference from a run directory or a checkpoint file.
 
     Returns (model in eval mode on `device`, vocabulary, config). The vocabulary is the run's own copy
-    (`<run>/vocab`), and its fingerprint must match the one the checkpoint was trained with.
+    (`<run>/vocab`), and its fingerprint must match the one the checkpoint was trained with. With
+    `average` K > 0 the weights are the mean of the run's last K step-N.pt checkpoints, the checkpoint
+    `seq2seq average RUN --last K` writes.
     """
     from .model import build_model
     from .vocab import Vocab
 
     file = resolve_checkpoint(path, which)
-    payload = load_checkpoint(file)
+    if average:
+        payload = average_checkpoints(latest_checkpoints(run_dir_of(file), average))
+        console.info(f"averaged {', '.join(payload['averaged_from'])}")
+    else:
+        payload = load_checkpoint(file)
     config = from_dict(payload["config"], where=f"{file} (config)")
     vocab_dir = run_dir_of(file) / "vocab"
     if not vocab_dir.is_dir():
