@@ -41,7 +41,9 @@ from .distributed import Ranks
 from .errors import UserError
 from .io import TEMP_SUFFIX, atomic_write, fsync_dir
 from .metrics import improves, rank_value
+from .model import build_model
 from .optim import Schedule
+from .vocab import Vocab
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.pt"
@@ -130,9 +132,6 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu", which: st
     `average` K > 0 the weights are the mean of the run's last K step-N.pt checkpoints, the checkpoint
     `seq2seq average RUN --last K` writes.
     """
-    from .model import build_model
-    from .vocab import Vocab
-
     file = resolve_checkpoint(path, which)
     if average:
         payload = average_checkpoints(latest_checkpoints(run_dir_of(file), average))

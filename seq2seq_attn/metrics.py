@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .batching import Batch
 from .errors import UserError
 from .io import write_text
 
@@ -79,7 +80,7 @@ class Window:
         self.all_tokens = self.real = self.padded = 0
         self.started = time.monotonic()
 
-    def add(self, batch, loss_sum: torch.Tensor, bad: torch.Tensor) -> None:
+    def add(self, batch: Batch, loss_sum: torch.Tensor, bad: torch.Tensor) -> None:
         """Count one update: `loss_sum` its summed token loss, `bad` 1.0 when it was skipped, else 0.0."""
         self.loss += loss_sum * (1 - bad)
         self.tokens += batch.n_tokens * (1 - bad)
