@@ -585,11 +585,6 @@ def to_yaml(config: Any) -> str:
     return yaml.safe_dump(to_dict(config), sort_keys=False, allow_unicode=True)
 
 
-def config_hash_view(config: Config) -> dict:
-    """The parts of a config that a checkpoint depends on (model shape and vocabulary)."""
-    return {"model": to_dict(config.model), "vocab": to_dict(config.vocab)}
-
-
 def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
     """(key path, type, default, documentation) for every key, depth-first in schema order."""
     rows = []

@@ -12,6 +12,7 @@ import math
 import torch
 
 from .config import TrainConfig
+from .metrics import improves
 
 FUSED = ("adam", "sgd")
 
@@ -69,13 +70,15 @@ class Schedule:
             group["lr"] = rate
         return rate
 
-    def validated(self, metric: float, higher_is_better: bool) -> None:
-        """reduce-on-plateau: after `plateau_patience` validations without improvement, decay the rate."""
+    def validated(self, value: float) -> None:
+        """reduce-on-plateau: after `plateau_patience` validations without improvement, decay the rate.
+
+        `value` is the dev set's `train.early_stop_metric`, the metric that also picks the best checkpoints.
+        """
         if self.cfg.scheduler != "plateau":
             return
-        improved = self.best is None or (metric > self.best if higher_is_better else metric < self.best)
-        if improved:
-            self.best, self.bad_validations = metric, 0
+        if improves(self.cfg.early_stop_metric, value, self.best):
+            self.best, self.bad_validations = value, 0
             return
         self.bad_validations += 1
         if self.bad_validations > self.cfg.plateau_patience:

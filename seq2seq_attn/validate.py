@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 
 import numpy as np
 import sacrebleu
@@ -16,10 +15,12 @@ import torch
 
 from .batching import collate, cut_batches
 from .config import Config
+from .data.cache import load_cache
 from .io import read_lines
 from .loss import batch_loss
+from .metrics import perplexity
 from .search import translate_ids
-from .vocab import Vocab, load_cache
+from .vocab import Vocab
 
 
 @torch.no_grad()
@@ -36,7 +37,7 @@ def validate(model, config: Config, vocab: Vocab, device: torch.device, bf16: bo
         bleu = _dev_bleu(model, cache, count, config, vocab, device) if config.train.valid_bleu else 0.0
     finally:
         model.train(was_training)
-    return {"loss": loss, "ppl": math.exp(min(loss, 50)), "bleu": bleu}
+    return {"loss": loss, "ppl": perplexity(loss), "bleu": bleu}
 
 
 def _dev_loss(model, cache, count: int, config: Config, device: torch.device, bf16: bool) -> float:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from seq2seq_attn.cli import app
 from seq2seq_attn.config import Config, config_markdown, from_dict, load_config, to_dict, to_yaml
 from seq2seq_attn.errors import UserError
 
@@ -151,6 +153,19 @@ def test_resolved_config_round_trips(tmp_path):
     again = from_dict(yaml.safe_load(dumped))
     assert to_dict(again) == to_dict(original)
     assert isinstance(again, Config)
+
+
+def test_train_dry_run_prints_what_config_prints(tmp_path):
+    """`train --dry-run` prints the resolved config exactly as `seq2seq config` does, and trains nothing."""
+    path = write(tmp_path, "name: dry\ntrain: {run_dir: run}\n")
+    outputs = [
+        CliRunner().invoke(app, [*verb, str(path), "--set", "train.max_steps=7"])
+        for verb in (["config"], ["train", "--dry-run"])
+    ]
+    assert [result.exit_code for result in outputs] == [0, 0]
+    assert outputs[0].stdout == outputs[1].stdout
+    assert yaml.safe_load(outputs[1].stdout)["train"]["max_steps"] == 7
+    assert not (tmp_path / "run").exists()
 
 
 def test_docs_config_md_is_generated_from_schema():

@@ -23,6 +23,7 @@ from test_train import prepared  # noqa: F401 - the module fixture: tiny.yaml wi
 from seq2seq_attn import train as train_module
 from seq2seq_attn.checkpoint import load_checkpoint, resolve_checkpoint
 from seq2seq_attn.config import load_config
+from seq2seq_attn.metrics import read_metrics
 
 # every update writes latest.pt, every 5th also a best-K step-N.pt and the best.pt link
 SETTINGS = {
@@ -152,7 +153,7 @@ def test_a_metrics_line_torn_by_a_crash_does_not_stop_resume_or_plots(prepared, 
     run = train_module.train(load_config(prepared / "tiny.yaml", [*overrides, "train.max_steps=4"]))
     with open(run / "metrics.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"step": 6, "loss": 3.1')  # the power went out mid-append
-    assert [r["step"] for r in train_module.read_metrics(run)] == [2, 4, 4]
+    assert [r["step"] for r in read_metrics(run)] == [2, 4, 4]
 
     train_module.train(load_config(prepared / "tiny.yaml", [*overrides, "train.max_steps=8"]))
     lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()

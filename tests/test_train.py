@@ -17,9 +17,10 @@ import pytest
 import torch
 
 from seq2seq_attn import train as train_module
-from seq2seq_attn.checkpoint import load_checkpoint, load_trained
-from seq2seq_attn.config import load_config
+from seq2seq_attn.checkpoint import Progress, load_checkpoint, load_trained
+from seq2seq_attn.config import from_dict, load_config
 from seq2seq_attn.errors import UserError
+from seq2seq_attn.optim import Schedule
 
 torch.set_num_threads(1)
 
@@ -132,6 +133,33 @@ def test_keep_best_and_early_stopping(workdir):
     assert kept == ["step-2.pt"]
     assert os.readlink(run / "checkpoints" / "best.pt") == "step-2.pt"
     assert load_checkpoint(run / "checkpoints" / "latest.pt")["step"] == 6
+
+
+@pytest.mark.parametrize(
+    ("metric", "values"), [("bleu", [10, 12, 12, 11, 13]), ("loss", [3, 2.5, 2.5, 2.6, 2])]
+)
+def test_best_k_early_stopping_and_plateau_schedule_judge_improvement_alike(metric, values):
+    """Only a strictly better dev value (higher BLEU, lower loss) is an improvement: it resets early
+    stopping's and the plateau schedule's counts of validations without one; ties rank by step."""
+    raw = {"scheduler": "plateau", "plateau_patience": 1, "early_stop_metric": metric, "learning_rate": 1.0}
+    schedule = Schedule(
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)]), from_dict({"train": raw}).train
+    )
+    progress = Progress()
+    seen = []
+    for step, value in enumerate(values, start=1):
+        progress.step = step
+        entered, dropped = progress.validated({metric: value}, metric, keep=2)
+        schedule.validated(value)
+        seen.append((entered, dropped, progress.bad_validations, schedule.plateau_scale))
+    assert seen == [
+        (True, [], 0, 1.0),
+        (True, [], 0, 1.0),
+        (True, [1], 1, 1.0),  # a tie enters the best 2 after the earlier step
+        (False, [], 2, 0.5),  # a second validation without improvement: more than plateau_patience
+        (True, [3], 0, 0.5),
+    ]
+    assert [k["step"] for k in progress.kept] == [5, 2]
 
 
 def test_non_finite_loss_is_skipped_and_never_reaches_the_weights(workdir, monkeypatch):

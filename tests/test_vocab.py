@@ -10,19 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq_attn import vocab as vocab_module
 from seq2seq_attn.config import Config, from_dict
+from seq2seq_attn.data import cache as cache_module
+from seq2seq_attn.data.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.vocab import (
-    SPLITS,
-    UNK_ID,
-    Vocab,
-    build_cache,
-    build_vocab,
-    cache_stats,
-    load_cache,
-    vocab_dir,
-)
+from seq2seq_attn.vocab import SPLITS, UNK_ID, Vocab, build_vocab, vocab_dir
 
 SRC_SYLLABLES = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu"]
 TGT_SYLLABLES = ["ba", "dé", "fi", "go", "hü", "ja", "ke", "lu"]  # non-ASCII on purpose: UTF-8 end to end
@@ -124,7 +116,7 @@ def test_vocab_is_retrained_only_when_settings_or_training_data_change(data_dir:
 
 
 def test_cache_holds_exactly_the_direct_encoding_and_is_memory_mapped(data_dir: Path, monkeypatch) -> None:
-    monkeypatch.setattr(vocab_module, "ENCODE_CHUNK", 7)  # many chunks: offsets must continue across them
+    monkeypatch.setattr(cache_module, "ENCODE_CHUNK", 7)  # many chunks: offsets must continue across them
     config = make_config(data_dir)
     vocab = build_vocab(config)
     assert build_cache(config, vocab) == [f"{split}.{side}" for split in SPLITS for side in ("src", "tgt")]

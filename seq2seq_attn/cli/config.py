@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from ..config import config_markdown, describe_keys, load_config, to_yaml
+from ..config import Config, config_markdown, describe_keys, load_config, to_yaml
 
 CONFIG_ARG = typer.Argument(..., help="Experiment YAML file.", show_default=False)
 SET_OPTION = typer.Option(
@@ -34,4 +34,9 @@ def show_config(
         return
     if config is None:
         raise typer.BadParameter("give a CONFIG file, or --keys")
-    typer.echo(to_yaml(load_config(config, overrides)), nl=False)
+    print_resolved(load_config(config, overrides))
+
+
+def print_resolved(config: Config) -> None:
+    """The resolved config as YAML on stdout, for `seq2seq config` and `seq2seq train --dry-run`."""
+    typer.echo(to_yaml(config), nl=False)

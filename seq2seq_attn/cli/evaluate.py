@@ -202,8 +202,8 @@ def plot_training(
     ),
 ) -> None:
     """Draw training and dev loss, and dev BLEU, against updates from a run's metrics.jsonl."""
+    from ..metrics import read_metrics
     from ..plots import save_figure, training_figure
-    from ..train import read_metrics
 
     output = output or run_dir / "training.png"
     save_figure(training_figure(read_metrics(run_dir), title=run_dir.name), output)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from ..config import load_config, to_yaml
-from .config import CONFIG_ARG, SET_OPTION
+from ..config import load_config
+from .config import CONFIG_ARG, SET_OPTION, print_resolved
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +31,7 @@ def train_command(
     """
     resolved = load_config(config, overrides)
     if dry_run:
-        typer.echo(to_yaml(resolved), nl=False)
+        print_resolved(resolved)
         return
     from ..train import train  # torch import only when training
 

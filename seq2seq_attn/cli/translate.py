@@ -11,16 +11,12 @@ import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from ..console import info
 from ..errors import UserError
 from ..io import atomic_write, check_writable, open_binary
-
-if TYPE_CHECKING:
-    pass
 
 DEFAULT_MAX_SRC_TOKENS = 256  # translate.DEFAULT_MAX_SRC_TOKENS (a test keeps them equal)
 
@@ -106,16 +102,12 @@ def translate_command(
         open_binary(input_path).close()  # a missing input or output folder fails before loading the model
     if output_path != "-":
         check_writable(output_path)
-    from ..checkpoint import average_checkpoints, latest_checkpoints, load_trained, run_dir_of
+    from ..checkpoint import load_trained
     from ..device import resolve_device
     from ..translate import CHUNK_LINES, Translator, translate_stream
 
     target = resolve_device(device.value, "--device")
-    network, vocab, config = load_trained(model, target)
-    if average:
-        paths = latest_checkpoints(model if model.is_dir() else run_dir_of(model), average)
-        network.load_state_dict(average_checkpoints(paths)["model"])
-        info(f"translate: averaged {', '.join(p.name for p in paths)}")
+    network, vocab, config = load_trained(model, target, average=average)
     given = {
         "beam_size": beam,
         "nbest": nbest,

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 
 from ..config import load_config
-from ..vocab import SIDES, SPLITS, build_cache, build_vocab, cache_stats, vocab_dir
+from ..data.cache import build_cache, cache_stats
+from ..vocab import SIDES, SPLITS, build_vocab, vocab_dir
 from .config import CONFIG_ARG, SET_OPTION
 
 

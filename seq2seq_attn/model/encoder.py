@@ -43,7 +43,6 @@ class Encoder(nn.Module):
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
         self.dropout_between = cfg.dropout_hidden if cfg.encoder_layers > 1 else 0.0  # as nn.GRU's dropout
         self.dropout_hidden = nn.Dropout(cfg.dropout_hidden)
-        self.register_load_state_dict_pre_hook(_from_one_library_rnn)
 
     def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Annotations (batch, src_len, output_size), mask (batch, src_len), last states (batch, output_size).
@@ -75,12 +74,3 @@ class Encoder(nn.Module):
 def reorder(x: Tensor, index: Tensor) -> Tensor:
     """x (batch, len, features) with time steps taken in the order index (batch, len) gives."""
     return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.size(-1)))
-
-
-def _from_one_library_rnn(module, state_dict, prefix, *_) -> None:
-    """Checkpoints written before the per-direction layout held one multi-layer bidirectional RNN,
-    `rnn.{weight,bias}_{ih,hh}_l{k}[_reverse]`: rename those keys in place to `layers.{k}.{d}.*_l0`."""
-    for key in [key for key in state_dict if key.startswith(prefix + "rnn.")]:
-        name, layer = key[len(prefix + "rnn.") :].removesuffix("_reverse").rsplit("_l", 1)
-        direction = 1 if key.endswith("_reverse") else 0
-        state_dict[f"{prefix}layers.{layer}.{direction}.{name}_l0"] = state_dict.pop(key)
