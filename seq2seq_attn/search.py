@@ -4,10 +4,16 @@ The source is encoded once; its annotations and precomputed attention keys are k
 (the k beams of a sentence are k queries against them) and reused at every step. Each step scores all
 k * V continuations of every sentence at once.
 
-Beams, as in the RNNsearch authors' GroundHog and its successors dl4mt / Nematus: a hypothesis that ends
-(emits EOS) leaves the beam and takes its slot with it, so a sentence that has finished f hypotheses keeps
-k - f open ones. Hence beam 1 is exactly greedy search (the same code, not a separate function), and every
-sentence ends with at most k finished hypotheses, so nbest <= beam.
+Beams shrink as in the RNNsearch authors' GroundHog (experiments/nmt/sample.py) and its successors dl4mt /
+Nematus: a hypothesis that ends (emits EOS) leaves the beam and takes its slot with it, so a sentence that
+has finished f hypotheses keeps k - f open ones. Hence beam 1 is exactly greedy search (the same code, not
+a separate function), and every sentence ends with at most k finished hypotheses, so nbest <= beam.
+What differs from GroundHog: it searched one sentence at a time; at its maximum length (3 (n + 1) steps)
+it dropped the open hypotheses, and when none had finished it searched again with a doubled beam, where
+ours forces EOS at the maximum length (`max_len_a`, `max_len_b`); it ran every sentence to that maximum,
+where ours stops a sentence once no open hypothesis can still win (with `length_penalty: none`, as it
+used, that gives the same result); its minimum length (no EOS before half the source length) is
+`min_len_a: 0.5` here, off by default.
 
 Stopping: a sentence stops when it has no open hypothesis left, when it reaches its maximum length (EOS is
 forced there), or when it has `nbest` finished hypotheses and no open one can still beat the nbest-th best
