@@ -206,9 +206,9 @@ class ModelConfig:
         "attend_then_update",
         "RNNsearch / RNNencdec step order. attend_then_update (Appendix A.2.2): s_{i-1} queries "
         "attention and feeds the deep output, then s_i = f(s_{i-1}, y_{i-1}, c_i), so the state that "
-        "predicts y_i has not read y_{i-1}. update_then_attend (the authors' GroundHog code; eq. 4 of the "
-        "main text): the state first reads y_{i-1} with the previous context c_{i-1}, then queries "
-        "attention and feeds the deep output. See docs/model.md.",
+        "predicts y_i has not read y_{i-1}. update_then_attend (the authors' GroundHog code): the state "
+        "first reads y_{i-1} with the previous context c_{i-1}, then queries attention and feeds the "
+        "deep output. See docs/model.md.",
         choices=["attend_then_update", "update_then_attend"],
     )
     fixed_context: str = option(

@@ -76,10 +76,10 @@ class RNNSearchDecoder(nn.Module):
     The GRU update s' = f(s, [E y ; c]) comes in one of two orders (`model.decoder_step`, docs/model.md):
     - attend_then_update (Appendix A.2.2): s = s_{i-1}, then s_i = f(s_{i-1}, [E y_{i-1} ; c_i]). The state
       that predicts y_i has not read y_{i-1}; only the deep output's V_o E y_{i-1} has.
-    - update_then_attend (the authors' GroundHog code; s_i = f(s_{i-1}, y_{i-1}, c) of eq. 4): s first
-      reads y_{i-1} with the previous step's context, s = f(s_prev, [E y_{i-1} ; c_{i-1}]), then queries
-      attention and feeds the deep output. The first step reads no word (s = s_0); the context not yet
-      read by the state travels in `DecoderState.feed`.
+    - update_then_attend (the authors' GroundHog code): s first reads y_{i-1} with the previous step's
+      context, s = f(s_prev, [E y_{i-1} ; c_{i-1}]), then queries attention and feeds the deep output.
+      The first step reads no word (s = s_0); the context not yet read by the state travels in
+      `DecoderState.feed`.
     With attention `none` c_i is the fixed c of the RNNencdec and the same equations apply.
     """
 

@@ -13,8 +13,9 @@ Both paths use the same `nn.GRU` / `nn.LSTM` weights:
 The cell arithmetic is PyTorch's (= cuDNN's): the GRU reset gate multiplies (U_n s + b_n) rather than
 entering as U (r * s) as in Bahdanau et al., Appendix A.1.1 and the authors' code. They are different
 functions (neither can be rewritten as the other); this form is the one the library RNNs (cuDNN, oneDNN)
-run, which the encoder and the attention-free decoders use. The paper's separate input matrices W (for E y) and C (for c) are the two column blocks of
-`weight_ih_l0`, which is the same linear map as one matrix applied to the concatenated input.
+run, which the encoder and the attention-free decoders use. The paper's separate input matrices W (for
+E y) and C (for c) are the two column blocks of `weight_ih_l0`, which is the same linear map as one matrix
+applied to the concatenated input.
 """
 
 from __future__ import annotations
