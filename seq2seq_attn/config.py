@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
+from .data import SPLITS
 from .errors import UserError
+
+T = TypeVar("T")
 
 
 def option(default: Any, doc: str, **rules: Any) -> Any:
@@ -128,7 +132,7 @@ class CleanConfig:
     splits: list[str] = option(
         ["train"],
         "Splits the rules apply to (keep dev/test intact for evaluation).",
-        items=["train", "valid", "test"],
+        items=list(SPLITS),
     )
 
 
@@ -345,6 +349,12 @@ class DecodeConfig:
     )
     no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
     batch_tokens: int = option(4000, "Source tokens per decoding batch.", ge=1)
+    max_src_tokens: int = option(
+        256,
+        "translate and eval --model cut longer sources to this many pieces: search time and memory grow "
+        "with the source length.",
+        ge=1,
+    )
     precision: str = option(
         "auto",
         "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 is "
@@ -361,6 +371,14 @@ class DecodeConfig:
     unk_dictionary: str = option(
         "", "Optional source->target word dictionary for replace_unk (TSV).", path=True
     )
+
+    def check(self, where: str) -> None:
+        """The rule between keys that the per-key rules cannot express."""
+        if self.nbest > self.beam_size:
+            raise UserError(
+                f"{where}: `decode.nbest` = {self.nbest} exceeds `decode.beam_size` = {self.beam_size}: "
+                "a beam of k finishes at most k hypotheses"
+            )
 
 
 @dataclass
@@ -494,7 +512,33 @@ def _build(cls: type, raw: Any, prefix: str, where: str) -> Any:
             values[f.name] = _build(hints[f.name], raw[f.name] or {}, path + ".", where)
         else:
             values[f.name] = _check_value(raw[f.name], hints[f.name], f.metadata, path, where)
-    return cls(**values)
+    built = cls(**values)
+    if hasattr(built, "check"):
+        built.check(where)
+    return built
+
+
+def override(section: T, changes: dict[str, Any], prefix: str, options: dict[str, str]) -> T:
+    """A copy of config section `section` (e.g. `config.decode`, prefix "decode.") with the changes that
+    are not None applied, each checked as a value read from a config file; `options` names the
+    command-line option of each key for the error message."""
+    hints, fields = _hints(type(section)), {f.name: f for f in dataclasses.fields(section)}
+    given = {key: value for key, value in changes.items() if value is not None}
+    checked = {
+        key: _check_value(value, hints[key], fields[key].metadata, prefix + key, options[key])
+        for key, value in given.items()
+    }
+    result = dataclasses.replace(section, **checked)
+    if hasattr(result, "check"):
+        result.check(", ".join(options[key] for key in given) or "config")
+    return result
+
+
+def choices_enum(cls: type, key: str) -> type[enum.Enum]:
+    """The schema's choices for key `key` of section `cls` as a str Enum, the type a typer option needs."""
+    (field,) = [f for f in dataclasses.fields(cls) if f.name == key]
+    choices = {choice: choice for choice in field.metadata["choices"]}
+    return enum.Enum(f"{cls.__name__}.{key}", choices, type=str)
 
 
 def _kind(value: Any) -> str:

@@ -41,7 +41,6 @@ from torch import Tensor
 
 from .config import DecodeConfig
 from .device import bf16_autocast, uses_bf16
-from .errors import UserError
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
@@ -60,36 +59,6 @@ class Hypothesis:
     score: float
     log_prob: float
     attention: np.ndarray | None = None
-
-
-def check_decode_config(cfg: DecodeConfig) -> None:
-    """Impossible search settings as one-line errors naming the option and the config key."""
-    rules = [
-        (cfg.beam_size >= 1, f"--beam (decode.beam_size) must be >= 1, got {cfg.beam_size}"),
-        (cfg.nbest >= 1, f"--nbest (decode.nbest) must be >= 1, got {cfg.nbest}"),
-        (
-            cfg.nbest <= cfg.beam_size,
-            f"--nbest (decode.nbest) = {cfg.nbest} exceeds --beam (decode.beam_size) = {cfg.beam_size}: "
-            "a beam of k finishes at most k hypotheses",
-        ),
-        (
-            cfg.length_penalty in ("none", "average", "gnmt"),
-            f"--length-penalty (decode.length_penalty) must be none, average or gnmt: {cfg.length_penalty!r}",
-        ),
-        (cfg.alpha >= 0, f"--alpha (decode.alpha) must be >= 0, got {cfg.alpha}"),
-        (cfg.max_len_a >= 0, f"--max-len-a (decode.max_len_a) must be >= 0, got {cfg.max_len_a}"),
-        (cfg.max_len_b >= 1, f"--max-len-b (decode.max_len_b) must be >= 1, got {cfg.max_len_b}"),
-        (cfg.min_len >= 0, f"--min-len (decode.min_len) must be >= 0, got {cfg.min_len}"),
-        (cfg.min_len_a >= 0, f"--min-len-a (decode.min_len_a) must be >= 0, got {cfg.min_len_a}"),
-        (
-            cfg.no_repeat_ngram >= 0,
-            f"--no-repeat-ngram (decode.no_repeat_ngram) must be >= 0, got {cfg.no_repeat_ngram}",
-        ),
-        (cfg.batch_tokens >= 1, f"--batch-tokens (decode.batch_tokens) must be >= 1, got {cfg.batch_tokens}"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise UserError(message)
 
 
 def length_penalty(length: int, kind: str, alpha: float) -> float:
@@ -280,7 +249,6 @@ def translate_ids(
     for the call and restored afterwards. With bf16 (`decode.precision`) the model runs under autocast and
     the scores are still summed in fp32.
     """
-    check_decode_config(decode_cfg)
     device = torch.device(device)
     bf16 = uses_bf16(decode_cfg.precision, device)
     budget = batch_tokens or decode_cfg.batch_tokens

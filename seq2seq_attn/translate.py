@@ -6,7 +6,7 @@ The contract is one output line per input line, in input order, whatever bytes c
 - control characters (NUL, tab, ...) and Unicode line / paragraph separators become spaces, in the input
   (so they never reach the model) and in the output (so they can never split a line downstream);
 - empty or whitespace-only lines give empty output lines without running the model;
-- a source longer than `max_src_tokens` pieces (default DEFAULT_MAX_SRC_TOKENS) is cut to that many, and
+- a source longer than `decode.max_src_tokens` pieces is cut to that many, and
   only that part is translated: search time and memory grow with the source length (attention reads every
   piece at every step, and the output may be max_len_a * length + max_len_b tokens long).
 Input is read in chunks of lines; each chunk is translated (sorted by length inside for speed) and its
@@ -43,10 +43,9 @@ from .config import DecodeConfig
 from .console import progress
 from .errors import UserError
 from .io import read_lines, write_json
-from .search import Hypothesis, check_decode_config, translate_ids
+from .search import Hypothesis, translate_ids
 from .vocab import UNK_ID, WORD_BOUNDARY, Vocab
 
-DEFAULT_MAX_SRC_TOKENS = 256
 CHUNK_LINES = 1000  # lines translated together when reading a file or a pipe (1 on a terminal)
 EOS_PIECE = "</s>"
 _BREAKING = {"Cc", "Zl", "Zp"}  # control characters, line and paragraph separators
@@ -110,16 +109,11 @@ class Translator:
         vocab: Vocab,
         decode_cfg: DecodeConfig,
         device: torch.device | str,
-        max_src_tokens: int = DEFAULT_MAX_SRC_TOKENS,
         with_attention: bool = False,
     ) -> None:
-        check_decode_config(decode_cfg)
-        if max_src_tokens < 1:
-            raise UserError(f"--max-src-tokens must be >= 1, got {max_src_tokens}")
         # greedy search gains nothing from compiling (too few rows per step) and would pay the compilation
         model.compile_attention(decode_cfg.compile and decode_cfg.beam_size > 1)
         self.model, self.vocab, self.cfg, self.device = model, vocab, decode_cfg, device
-        self.max_src_tokens = max_src_tokens
         self.with_attention = with_attention or decode_cfg.replace_unk
         use_dictionary = decode_cfg.replace_unk and decode_cfg.unk_dictionary
         self.dictionary = load_dictionary(decode_cfg.unk_dictionary) if use_dictionary else {}
@@ -129,12 +123,12 @@ class Translator:
         texts = [clean(line) for line in lines]
         todo = [i for i, text in enumerate(texts) if text]
         encoded = self.vocab.encode_src([texts[i] for i in todo]) if todo else []
-        kept = [(i, seq[: self.max_src_tokens]) for i, seq in zip(todo, encoded, strict=True) if seq]
+        kept = [(i, seq[: self.cfg.max_src_tokens]) for i, seq in zip(todo, encoded, strict=True) if seq]
         todo, ids = [i for i, _ in kept], [seq for _, seq in kept]  # (a line can normalise to nothing)
         results = [Translation([], [], []) for _ in lines]
         searched = translate_ids(self.model, ids, self.cfg, self.device, with_attention=self.with_attention)
         for i, nbest in zip(todo, searched, strict=True):
-            pieces = self.vocab.src_pieces(texts[i])[: self.max_src_tokens] if self.with_attention else []
+            pieces = self.vocab.src_pieces(texts[i])[: self.cfg.max_src_tokens] if self.with_attention else []
             results[i] = Translation(pieces, nbest, [self.detokenize(hyp, pieces) for hyp in nbest])
         return results
 

@@ -23,14 +23,13 @@ import sentencepiece as spm
 
 from .config import Config, VocabConfig, to_dict
 from .console import info
+from .data import SIDES
 from .errors import UserError
 from .io import atomic_write, read_json, sha256_file, sha256_text, write_json
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
 UNK_SURFACE = "<unk>"  # how decode_tgt shows an unknown token
-SPLITS = ("train", "valid", "test")
-SIDES = ("src", "tgt")
 SAMPLING_SEED = 1234  # seed of sentencepiece's sampling of `input_sentence_size` sentences
 WORD_BOUNDARY = "\u2581"  # sentencepiece's "▁", which starts every word
 

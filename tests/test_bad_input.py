@@ -358,22 +358,22 @@ CASES = [
     case(
         "beam-zero",
         lambda t, g: translate(t, g("tiny_run_dir"), "--beam", "0"),
-        "--beam (decode.beam_size) must be >= 1, got 0",
+        "--beam: `decode.beam_size` must be a number >= 1, got 0",
     ),
     case(
         "nbest-above-beam",
         lambda t, g: translate(t, g("tiny_run_dir"), "--beam", "2", "--nbest", "3"),
-        "--nbest (decode.nbest) = 3 exceeds --beam (decode.beam_size) = 2",
+        "--beam, --nbest: `decode.nbest` = 3 exceeds `decode.beam_size` = 2",
     ),
     case(
         "max-len-b-negative",
         lambda t, g: translate(t, g("tiny_run_dir"), "--max-len-b", "-1"),
-        "--max-len-b (decode.max_len_b) must be >= 1, got -1",
+        "--max-len-b: `decode.max_len_b` must be a number >= 1, got -1",
     ),
     case(
         "min-len-negative",
         lambda t, g: translate(t, g("tiny_run_dir"), "--min-len", "-1"),
-        "--min-len (decode.min_len) must be >= 0, got -1",
+        "--min-len: `decode.min_len` must be a number >= 0, got -1",
     ),
     case(
         "beam-not-a-number",

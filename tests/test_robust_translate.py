@@ -9,9 +9,6 @@ import random
 
 from test_bad_input import seq2seq
 
-from seq2seq_attn import translate
-from seq2seq_attn.cli import translate as translate_cli
-
 HOSTILE = [
     "the cat sat on the mat",
     "",
@@ -50,7 +47,3 @@ def test_any_input_gives_one_output_line_per_input_line(tiny_run_dir, tmp_path):
     lines = out.split("\n")
     assert lines[1] == lines[2] == ""  # empty and blank input lines give empty output lines
     assert lines[0] and lines[-2]
-
-
-def test_the_cli_default_source_cut_is_the_library_default():
-    assert translate_cli.DEFAULT_MAX_SRC_TOKENS == translate.DEFAULT_MAX_SRC_TOKENS

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from seq2seq_attn.config import DecodeConfig, ModelConfig
+from seq2seq_attn.config import DecodeConfig, ModelConfig, from_dict, override
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import DecoderState, EncoderOutput, build_model
 from seq2seq_attn.search import length_penalty, score_bound, translate_ids
@@ -330,11 +330,16 @@ def test_score_bound_is_an_upper_bound_on_every_completion(
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"beam_size": 0}, "--beam"),
-        ({"nbest": 3, "beam_size": 2}, "exceeds --beam"),
-        ({"max_len_b": 0}, "--max-len-b"),
+        ({"beam_size": 0}, "`decode.beam_size` must be a number >= 1, got 0"),
+        ({"nbest": 3, "beam_size": 2}, "`decode.nbest` = 3 exceeds `decode.beam_size` = 2"),
+        ({"max_len_b": 0}, "`decode.max_len_b` must be a number >= 1"),
+        ({"min_len_a": -0.5}, "`decode.min_len_a` must be a number >= 0"),
     ],
 )
-def test_impossible_settings_are_user_errors(settings: dict, message: str) -> None:
+def test_impossible_settings_are_refused_by_the_schema(settings: dict, message: str) -> None:
+    """Search trusts its settings: the config schema refuses impossible ones, read from a file or given
+    as command-line options (`config.override`)."""
     with pytest.raises(UserError, match=message):
-        translate_ids(random_model(), [[5]], decode(**settings), "cpu")
+        from_dict({"decode": settings})
+    with pytest.raises(UserError, match=message):
+        override(DecodeConfig(), settings, "decode.", {key: f"--{key}" for key in settings})

@@ -82,7 +82,7 @@ def test_very_long_line_is_cut_to_max_src_tokens(trained):
     long_line = " ".join(WORDS[i % len(WORDS)] for i in range(1000))
     translator = make_translator(trained, with_attention=True, beam_size=1, max_len_a=0.0, max_len_b=4)
     short, long, empty = translator.translate(["the cat", long_line, ""])
-    assert len(long.src_pieces) == translator.max_src_tokens == 256
+    assert len(long.src_pieces) == translator.cfg.max_src_tokens == 256  # the default
     assert long.hypotheses[0].attention.shape[1] == 256 + 1  # + the source EOS
     assert len(short.hypotheses) == 1 and empty.hypotheses == [] and empty.texts == []
 
@@ -283,8 +283,8 @@ def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
     ("args", "message"),
     [
         (["--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
-        (["--beam", "0"], "--beam (decode.beam_size) must be >= 1, got 0"),
-        (["--beam", "2", "--nbest", "3"], "--nbest (decode.nbest) = 3 exceeds --beam"),
+        (["--beam", "0"], "--beam: `decode.beam_size` must be a number >= 1, got 0"),
+        (["--beam", "2", "--nbest", "3"], "--beam, --nbest: `decode.nbest` = 3 exceeds `decode.beam_size` = 2"),
         (["-o", "/nonexistent-dir/out.txt"], "does not exist"),
     ],
 )

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from seq2seq_attn.config import Config, from_dict
+from seq2seq_attn.data import SPLITS
 from seq2seq_attn.data import cache as cache_module
 from seq2seq_attn.data.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.vocab import SPLITS, UNK_ID, Vocab, build_vocab, vocab_dir
+from seq2seq_attn.vocab import UNK_ID, Vocab, build_vocab, vocab_dir
 
 SRC_SYLLABLES = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu"]
 TGT_SYLLABLES = ["ba", "dé", "fi", "go", "hü", "ja", "ke", "lu"]  # non-ASCII on purpose: UTF-8 end to end

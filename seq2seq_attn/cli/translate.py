@@ -7,52 +7,55 @@ torch is imported inside the commands, so `seq2seq --help` and every other comma
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
-from enum import Enum
 from pathlib import Path
 
 import typer
 
+from ..config import DecodeConfig, TrainConfig, choices_enum, override
 from ..console import info
 from ..errors import UserError
 from ..io import atomic_write, check_writable, open_binary
 
-DEFAULT_MAX_SRC_TOKENS = 256  # translate.DEFAULT_MAX_SRC_TOKENS (a test keeps them equal)
+Device = choices_enum(TrainConfig, "device")
+Precision = choices_enum(DecodeConfig, "precision")
+Penalty = choices_enum(DecodeConfig, "length_penalty")
 
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class Precision(str, Enum):
-    auto = "auto"
-    fp32 = "fp32"
-    bf16 = "bf16"
-
-
-class Penalty(str, Enum):
-    none = "none"
-    average = "average"
-    gnmt = "gnmt"
+# The command-line option that overrides each decode key, for error messages.
+OPTIONS = {
+    "beam_size": "--beam",
+    "nbest": "--nbest",
+    "batch_tokens": "--batch-tokens",
+    "precision": "--precision",
+    "compile": "--compile",
+    "replace_unk": "--replace-unk",
+    "unk_dictionary": "--dictionary",
+    "length_penalty": "--length-penalty",
+    "alpha": "--alpha",
+    "max_len_a": "--max-len-a",
+    "max_len_b": "--max-len-b",
+    "min_len": "--min-len",
+    "min_len_a": "--min-len-a",
+    "no_repeat_ngram": "--no-repeat-ngram",
+    "max_src_tokens": "--max-src-tokens",
+}
 
 
 HELP = {
     "model": "Run directory (its best checkpoint) or a checkpoint file in a run's checkpoints/ folder.",
-    "nbest": "Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text [decode.nbest].",
-    "batch_tokens": "Padded source tokens per search batch [decode.batch_tokens].",
-    "precision": "auto: bf16 on GPU, fp32 on CPU; bf16 is faster on AVX-512 BF16 CPUs [decode.precision].",
+    "nbest": "Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text (decode.nbest).",
+    "batch_tokens": "Padded source tokens per search batch (decode.batch_tokens).",
+    "precision": "auto: bf16 on GPU, fp32 on CPU; bf16 is faster on AVX-512 BF16 CPUs (decode.precision).",
     "attention": "Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
-    "replace_unk": "Replace each <unk> by the most attended source word [decode.replace_unk].",
+    "replace_unk": "Replace each <unk> by the most attended source word (decode.replace_unk).",
     "compile": "Run the additive attention through torch.compile: faster beam search after seconds of "
-    "compiling; greedy never compiles [decode.compile].",
-    "dictionary": "TSV source word<TAB>target word; implies --replace-unk [decode.unk_dictionary].",
-    "length_penalty": "Score normalisation [decode.length_penalty].",
-    "max_len_a": "At most a * source length + b output tokens [decode.max_len_a].",
-    "no_repeat_ngram": "Forbid repeating any n-gram of this size, 0 off [decode.no_repeat_ngram].",
-    "max_src_tokens": "Longer sources are cut to this many pieces (bounds time and memory).",
+    "compiling; greedy never compiles (decode.compile).",
+    "dictionary": "TSV source word<TAB>target word; implies --replace-unk (decode.unk_dictionary).",
+    "length_penalty": "Score normalisation (decode.length_penalty).",
+    "max_len_a": "At most a * source length + b output tokens (decode.max_len_a).",
+    "no_repeat_ngram": "Forbid repeating any n-gram of this size, 0 off (decode.no_repeat_ngram).",
+    "max_src_tokens": "Longer sources are cut to this many pieces (bounds time and memory) "
+    "(decode.max_src_tokens).",
     "output_average": "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder "
     "so `translate --model` finds the run's vocabulary.",
 }
@@ -69,7 +72,7 @@ def translate_command(
         "-", "--input", "-i", help="Source text (.gz read directly); - for stdin."
     ),
     output_path: str = typer.Option("-", "--output", "-o", help="Output, written atomically; - for stdout."),
-    beam: int | None = typer.Option(None, "--beam", help="Beam width, 1 for greedy [decode.beam_size]."),
+    beam: int | None = typer.Option(None, "--beam", help="Beam width, 1 for greedy (decode.beam_size)."),
     nbest: int | None = typer.Option(None, "--nbest", help=HELP["nbest"]),
     batch_tokens: int | None = typer.Option(None, "--batch-tokens", help=HELP["batch_tokens"]),
     device: Device = typer.Option(Device.auto, "--device", help="auto uses CUDA when available."),
@@ -81,19 +84,17 @@ def translate_command(
     dictionary: Path | None = typer.Option(None, "--dictionary", help=HELP["dictionary"]),
     average: int = typer.Option(0, "--average", help="Average the last K step-N.pt checkpoints of the run."),
     length_penalty: Penalty | None = typer.Option(None, "--length-penalty", help=HELP["length_penalty"]),
-    alpha: float | None = typer.Option(None, "--alpha", help="GNMT length-penalty exponent [decode.alpha]."),
+    alpha: float | None = typer.Option(None, "--alpha", help="GNMT length-penalty exponent (decode.alpha)."),
     max_len_a: float | None = typer.Option(None, "--max-len-a", help=HELP["max_len_a"]),
-    max_len_b: int | None = typer.Option(None, "--max-len-b", help="See --max-len-a [decode.max_len_b]."),
+    max_len_b: int | None = typer.Option(None, "--max-len-b", help="See --max-len-a (decode.max_len_b)."),
     min_len: int | None = typer.Option(
-        None, "--min-len", help="No EOS before this many tokens [decode.min_len]."
+        None, "--min-len", help="No EOS before this many tokens (decode.min_len)."
     ),
     min_len_a: float | None = typer.Option(
-        None, "--min-len-a", help="No EOS before ceil(a * source length) tokens [decode.min_len_a]."
+        None, "--min-len-a", help="No EOS before ceil(a * source length) tokens (decode.min_len_a)."
     ),
     no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram", help=HELP["no_repeat_ngram"]),
-    max_src_tokens: int = typer.Option(
-        DEFAULT_MAX_SRC_TOKENS, "--max-src-tokens", help=HELP["max_src_tokens"]
-    ),
+    max_src_tokens: int | None = typer.Option(None, "--max-src-tokens", help=HELP["max_src_tokens"]),
 ) -> None:
     """Translate raw text with a trained run: one output line per input line, in order."""
     if average < 0:
@@ -123,11 +124,10 @@ def translate_command(
         "min_len": min_len,
         "min_len_a": min_len_a,
         "no_repeat_ngram": no_repeat_ngram,
+        "max_src_tokens": max_src_tokens,
     }
-    decode = dataclasses.replace(
-        config.decode, **{key: value for key, value in given.items() if value is not None}
-    )
-    translator = Translator(network, vocab, decode, target, max_src_tokens)
+    decode = override(config.decode, given, "decode.", OPTIONS)
+    translator = Translator(network, vocab, decode, target)
 
     with contextlib.ExitStack() as stack:
         stdin = input_path == "-"

@@ -8,8 +8,9 @@ from pathlib import Path
 import typer
 
 from ..config import load_config
+from ..data import SIDES, SPLITS
 from ..data.cache import build_cache, cache_stats
-from ..vocab import SIDES, SPLITS, build_vocab, vocab_dir
+from ..vocab import build_vocab, vocab_dir
 from .config import CONFIG_ARG, SET_OPTION
 
 

@@ -24,7 +24,8 @@ from ..config import Config
 from ..console import info, progress
 from ..errors import UserError
 from ..io import atomic_write, read_json, sha256_file, write_json
-from ..vocab import SIDES, SPLITS, UNK_ID, Vocab, data_file, vocab_dir
+from ..vocab import UNK_ID, Vocab, data_file, vocab_dir
+from . import SIDES, SPLITS
 
 ENCODE_CHUNK = 10_000  # lines per batch handed to sentencepiece's threaded encoder
 

@@ -25,12 +25,12 @@ from ..config import Config, DataConfig, to_dict
 from ..console import progress
 from ..errors import UserError
 from ..io import atomic_write, sha256_file, sha256_text, write_json
+from . import SIDES, SPLITS
 from .clean import Cleaner
-from .sources import SPLITS, Pair, Source, open_source
+from .sources import Pair, Source, open_source
 
 MANIFEST = "manifest.json"
 FORMAT = 1  # bump when the output of the same inputs changes
-SIDES = ("src", "tgt")
 OUTPUTS = tuple(f"{split}.{side}" for split in SPLITS for side in SIDES)
 
 

@@ -16,9 +16,9 @@ from typing import Any
 from ..config import DataConfig, HuggingFaceConfig, SplitFiles, to_dict
 from ..errors import UserError
 from ..io import read_lines
+from . import SPLITS
 from .synthetic import generate_split
 
-SPLITS = ("train", "valid", "test")
 Pair = tuple[str, str]
 
 

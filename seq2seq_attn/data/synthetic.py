@@ -57,8 +57,7 @@ from dataclasses import dataclass, field
 
 from ..config import SyntheticConfig
 from ..errors import UserError
-
-SPLITS = ("train", "valid", "test")
+from . import SPLITS
 
 # Sound systems. Source: one consonant + one vowel. Target: an onset made of letters the source never uses
 # (c h j w x y) + a vowel or diphthong, so no target word is ever spelt like a source word, a target word

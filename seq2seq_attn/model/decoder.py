@@ -19,9 +19,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
+from ..vocab import PAD_ID
 from . import fused
 from .attention import ADDITIVE, Attention
-from .encoder import PAD
 from .recurrent import RecurrentStack
 from .states import DecoderState, EncoderOutput
 
@@ -89,7 +89,7 @@ class RNNSearchDecoder(nn.Module):
         super().__init__()
         emb, hid, maxout = cfg.tgt_embed_dim, cfg.decoder_hidden_size, cfg.maxout_dim
         self.update_first = cfg.decoder_step == "update_then_attend"
-        self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD)  # E
+        self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)  # E
         self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim, cfg.fixed_context)
         self.init = InitialState(cfg, annotation_size, feed_size=0)
         self.rnn = RecurrentStack(cfg.cell, emb, annotation_size, hid, cfg.decoder_layers, cfg.dropout_hidden)
@@ -181,7 +181,7 @@ class LuongDecoder(nn.Module):
         emb, hid = cfg.tgt_embed_dim, cfg.decoder_hidden_size
         self.input_feeding = cfg.input_feeding
         feed = hid if cfg.input_feeding else 0
-        self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD)
+        self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)
         self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim)
         self.init = InitialState(cfg, annotation_size, feed_size=feed)
         self.rnn = RecurrentStack(cfg.cell, emb, feed, hid, cfg.decoder_layers, cfg.dropout_hidden)

@@ -17,15 +17,14 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
+from ..vocab import PAD_ID
 from .recurrent import RNN_CLASSES
-
-PAD = 0  # the padding id (unk 1, bos 2, eos 3), fixed across the project
 
 
 class Encoder(nn.Module):
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, cfg.src_embed_dim, padding_idx=PAD)
+        self.embed = nn.Embedding(vocab_size, cfg.src_embed_dim, padding_idx=PAD_ID)
         self.directions = 2 if cfg.bidirectional else 1
         self.hidden_size = cfg.hidden_size
         self.output_size = self.directions * cfg.hidden_size
