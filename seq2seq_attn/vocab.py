@@ -11,6 +11,9 @@ flat int32 array of ids, no bos/eos) and `.offsets.npy` (int64, n+1 entries: sen
 the pages it touches. Files are encoded in chunks with sentencepiece's multi-threaded batch encoder and
 written chunk by chunk, so encoding memory does not grow with the corpus either.
 
+Both hold the data folder's lock (lock.py) while they write, and only then, so that trainings which find
+the vocabulary and cache up to date can start side by side on one data folder.
+
 The `word` model type is the paper's shortlist (Bahdanau et al. 2014: the 30k most frequent words, every
 other word is <unk>). sentencepiece splits words on white space only, so punctuation stays attached to
 words unless the corpus was tokenised beforehand. We encode words one by one (sentencepiece would merge a
@@ -37,6 +40,7 @@ from .config import Config, VocabConfig, to_dict
 from .console import info, progress
 from .errors import UserError
 from .io import atomic_write, read_json, sha256_file, sha256_text, write_json
+from .lock import exclusive
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
@@ -180,21 +184,22 @@ def build_vocab(config: Config, force: bool = False) -> Vocab:
             info(f"vocab: {folder} is up to date")
             return Vocab.load(folder, config.vocab.threads)
 
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest_file.unlink(missing_ok=True)  # a run killed mid-training must not leave a "current" vocab
-    names = _model_names(config.vocab.joint)
-    for name in names:
-        sources = inputs if config.vocab.joint else [file for file in inputs if file.suffix == f".{name}"]
-        info(
-            f"vocab: training {config.vocab.type} model {name} ({config.vocab.size} pieces) on "
-            + " + ".join(file.name for file in sources)
-        )
-        _train_model(sources, folder, name, config.vocab)
-    for stale in set(_model_names(not config.vocab.joint)) - set(names):
-        for suffix in (".model", ".vocab"):
-            (folder / f"{stale}{suffix}").unlink(missing_ok=True)
-    models = [folder / f"{name}.model" for name in names]
-    write_json(manifest_file, {**wanted, "models": list(names), "fingerprint": _fingerprint(models)})
+    with exclusive(config.data_dir):  # one writer at a time
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest_file.unlink(missing_ok=True)  # a run killed mid-training must not leave a "current" vocab
+        names = _model_names(config.vocab.joint)
+        for name in names:
+            sources = inputs if config.vocab.joint else [file for file in inputs if file.suffix == f".{name}"]
+            info(
+                f"vocab: training {config.vocab.type} model {name} ({config.vocab.size} pieces) on "
+                + " + ".join(file.name for file in sources)
+            )
+            _train_model(sources, folder, name, config.vocab)
+        for stale in set(_model_names(not config.vocab.joint)) - set(names):
+            for suffix in (".model", ".vocab"):
+                (folder / f"{stale}{suffix}").unlink(missing_ok=True)
+        models = [folder / f"{name}.model" for name in names]
+        write_json(manifest_file, {**wanted, "models": list(names), "fingerprint": _fingerprint(models)})
     return Vocab.load(folder, config.vocab.threads)
 
 
@@ -283,13 +288,13 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
     stale = [name for name in files if force or not _is_current(folder, name, entries, hashes[name])]
     if stale:
         info(f"vocab: encoding {', '.join(stale)} into {folder}")
-        for name in stale:
-            entries.pop(name, None)
-        write_json(manifest_file, manifest)
         bar = progress(
             total=sum(files[name].stat().st_size for name in stale), unit="B", unit_scale=True, desc="encode"
         )
-        with bar:
+        with exclusive(config.data_dir), bar:  # one writer at a time
+            for name in stale:
+                entries.pop(name, None)
+            write_json(manifest_file, manifest)
             for name in stale:
                 encode = vocab.encode_src if name.endswith(".src") else vocab.encode_tgt
                 bar.set_postfix_str(name)

@@ -33,6 +33,8 @@ def train_command(
     if dry_run:
         typer.echo(to_yaml(resolved), nl=False)
         return
+    from ..lock import run_dir_lock
     from ..train import train  # torch import only when training
 
-    train(resolved, resume=resume)
+    with run_dir_lock(resolved.run_dir):  # before anything is written there: one trainer per run
+        train(resolved, resume=resume)

@@ -103,15 +103,15 @@ def translate_command(
         open_binary(input_path).close()  # a missing input or output folder fails before loading the model
     if output_path != "-":
         check_writable(output_path)
-    from ..checkpoint import average_checkpoints, latest_checkpoints, load_trained, run_dir_of
+    from ..checkpoint import average_latest, load_trained, run_dir_of
     from ..device import resolve_device
     from ..translate import CHUNK_LINES, Translator, translate_stream
 
     target = resolve_device(device.value, "--device")
     network, vocab, config = load_trained(model, target)
     if average:
-        paths = latest_checkpoints(model if model.is_dir() else run_dir_of(model), average)
-        network.load_state_dict(average_checkpoints(paths)["model"])
+        averaged, paths = average_latest(model if model.is_dir() else run_dir_of(model), average)
+        network.load_state_dict(averaged["model"])
         info(f"translate: averaged {', '.join(p.name for p in paths)}")
     given = {
         "beam_size": beam,
@@ -152,13 +152,15 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
-    from ..checkpoint import average_checkpoints, latest_checkpoints, save_checkpoint
+    from ..checkpoint import average_checkpoints, average_latest, save_checkpoint
 
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:
             raise UserError(f"{paths[0]}: is a run directory; give --last K (K >= 1) checkpoints to average")
-        paths = latest_checkpoints(paths[0], last)
+        averaged, paths = average_latest(paths[0], last)
     elif last:
         raise UserError("--last K needs exactly one run directory, not checkpoint files")
-    save_checkpoint(output, average_checkpoints(paths))
+    else:
+        averaged = average_checkpoints(paths)
+    save_checkpoint(output, averaged)
     info(f"average: {output} = mean of {', '.join(str(p) for p in paths)}")
