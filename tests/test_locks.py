@@ -78,6 +78,7 @@ def assert_refused(result: subprocess.CompletedProcess, folder: Path, holder: in
     assert_one_line_error(result, f"{folder}: in use by another writer, PID {holder} on host")
 
 
+@pytest.mark.slow
 def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_path):  # noqa: F811
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
     shutil.copytree(prepared, folder)
@@ -100,6 +101,7 @@ def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_pat
     assert not (run / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path):  # noqa: F811
     settings = [
         *("--set", "train.max_steps=20", "--set", "train.checkpoint_every=3"),
@@ -164,6 +166,7 @@ def test_the_data_lock_is_taken_only_to_write(tmp_path):
     assert not (tmp_path / "data" / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):  # noqa: F811
     """best.pt is repointed and best-K step files are removed all the time; every load still succeeds."""
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
