@@ -73,6 +73,17 @@ def frozen_holding(process: subprocess.Popen, folder: Path) -> Iterator[None]:
         process.send_signal(signal.SIGCONT)
 
 
+@contextlib.contextmanager
+def running(command: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """A process that is killed, if it still runs, when the block ends: a failed test leaves none behind."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
 def assert_refused(result: subprocess.CompletedProcess, folder: Path, holder: int) -> None:
     """The one-line error naming the folder and the process that holds it."""
     assert_one_line_error(result, f"{folder}: in use by another writer, PID {holder} on host")
@@ -83,8 +94,7 @@ def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_pat
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
     shutil.copytree(prepared, folder)
     settings = ["--set", "train.max_steps=20", "--set", "train.valid_bleu=false"]  # log 5, validate 10
-    first = subprocess.Popen(cli(folder, *settings), env=quiet_env())
-    try:
+    with running(cli(folder, *settings), quiet_env()) as first:
         wait_for(lambda: (run / "metrics.jsonl").is_file(), first, "it logged")
         with frozen_holding(first, run):
             before = snapshot(run)
@@ -94,8 +104,6 @@ def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_pat
             assert_refused(second, run, first.pid)
             assert snapshot(run) == before  # the second one wrote nothing
         assert first.wait(timeout=WAIT) == 0
-    finally:
-        first.kill()
     assert [record["step"] for record in metrics(run)] == [5, 10, 10, 15, 20, 20]  # one writer's lines
     assert load_checkpoint(checkpoint_dir(run) / LATEST)["step"] == 20
     assert not (run / LOCK_FILE).exists()
@@ -110,18 +118,14 @@ def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path)
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     for folder in (reference, killed):
         shutil.copytree(prepared, folder)
-    uninterrupted = subprocess.Popen(cli(reference, *settings), env=quiet_env())
-    try:
-        latest = checkpoint_dir(killed / "run") / LATEST
-        process = subprocess.Popen(cli(killed, *settings), env=quiet_env())
-        wait_for(latest.exists, process, "it wrote a checkpoint")
-        process.kill()
-        process.wait()
+    latest = checkpoint_dir(killed / "run") / LATEST
+    with running(cli(reference, *settings), quiet_env()) as uninterrupted:
+        with running(cli(killed, *settings), quiet_env()) as process:
+            wait_for(latest.exists, process, "it wrote a checkpoint")
+        assert process.returncode == -signal.SIGKILL
         assert holder_pid(killed / "run") == process.pid  # its record is left, its lock is not
         subprocess.run(cli(killed, *settings), check=True, env=quiet_env(), timeout=WAIT)  # at once
         assert uninterrupted.wait(timeout=WAIT) == 0
-    finally:
-        uninterrupted.kill()
     expected = parameters(checkpoint_dir(reference / "run") / LATEST)
     resumed = parameters(latest)
     assert load_checkpoint(latest)["step"] == 20
@@ -136,15 +140,12 @@ def test_a_second_vocab_on_a_data_folder_is_refused(tmp_path):
     write_corpus(data, n=4000)  # enough work that the first is caught holding its lock
     config = tmp_path / "exp.yaml"
     config.write_text(VOCAB_CONFIG, encoding="utf-8")
-    first = subprocess.Popen([*SEQ2SEQ, "vocab", str(config)], env=ENV, stdout=subprocess.DEVNULL)
-    try:
+    with running([*SEQ2SEQ, "vocab", str(config)], ENV) as first:
         with frozen_holding(first, data):
             before = snapshot(data)
             assert_refused(seq2seq("vocab", str(config), cwd=tmp_path), data, first.pid)
             assert snapshot(data) == before
         assert first.wait(timeout=WAIT) == 0
-    finally:
-        first.kill()
     vocab = Vocab.load(data / "vocab")
     assert len(load_cache(data / "vocab", "train").src) == 4000
     assert vocab.src_size == 40
@@ -178,28 +179,22 @@ def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):  # 
         "train.keep_best": 2,
         "train.valid_bleu": "false",
     }
-    trainer = subprocess.Popen(
-        cli(folder, *(arg for key, value in settings.items() for arg in ("--set", f"{key}={value}"))),
-        env=quiet_env(),
-    )
-    try:
+    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={value}")]
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\n", encoding="utf-8")
+    translate = ["translate", "--model", str(run), "-i", str(source), "-o", str(tmp_path / "out.txt")]
+    with running(cli(folder, *sets), quiet_env()) as trainer:
         wait_for(lambda: len(list(checkpoint_dir(run).glob("step-*.pt"))) >= 2, trainer, "it kept 2")
-        source = tmp_path / "in.txt"
-        source.write_text("the cat sat\n", encoding="utf-8")
-        translate = ["translate", "--model", str(run), "-i", str(source), "-o", str(tmp_path / "out.txt")]
-        reader = subprocess.Popen([*SEQ2SEQ, *translate, "--average", "2"], env=ENV)
-        steps_seen = set()  # of latest.pt: the trainer went on writing while we read
-        deadline = time.monotonic() + WAIT
-        while reader.poll() is None or len(steps_seen) < 5:
-            assert trainer.poll() is None and time.monotonic() < deadline
-            load_trained(run)
-            average_latest(run, 2)
-            steps_seen.add(load_checkpoint(checkpoint_dir(run) / LATEST)["step"])
+        with running([*SEQ2SEQ, *translate, "--average", "2"], ENV) as reader:
+            steps_seen = set()  # of latest.pt: the trainer went on writing while we read
+            deadline = time.monotonic() + WAIT
+            while reader.poll() is None or len(steps_seen) < 5:
+                assert trainer.poll() is None and time.monotonic() < deadline
+                load_trained(run)
+                average_latest(run, 2)
+                steps_seen.add(load_checkpoint(checkpoint_dir(run) / LATEST)["step"])
         assert reader.returncode == 0
-        assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 1
-    finally:
-        trainer.kill()
-        trainer.wait()
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").count("\n") == 1
 
 
 def test_averaging_lists_again_when_training_prunes_a_checkpoint_meanwhile(tmp_path, monkeypatch):
