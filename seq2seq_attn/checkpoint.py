@@ -48,6 +48,7 @@ from .vocab import Vocab
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.pt"
 BEST = "best.pt"
+RELIST_ATTEMPTS = 5  # listings of a run's checkpoints, when a training run prunes one while we load it
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -56,24 +57,36 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
         torch.save(payload, handle)
 
 
+class CheckpointNotFound(UserError):
+    """No checkpoint file at that path (a training run may have just removed it: see `average_latest`)."""
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load a checkpoint safely; a missing, truncated, corrupt or unsafe file is a one-line UserError."""
+    """Load a checkpoint safely; a missing, truncated, corrupt or unsafe file is a one-line UserError.
+
+    The file is opened once and read through that handle, so a training run that replaces or removes it
+    meanwhile (a newer `best.pt`, best-K pruning) cannot make us read parts of two files.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
-    if not zipfile.is_zipfile(path):  # every checkpoint we write is a torch zip archive
-        raise UserError(f"{path}: corrupt or truncated checkpoint (not a torch zip archive)")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise UserError(
-            f"{path}: refused to load checkpoint: it holds more than tensors and plain data "
-            f"({_unsafe_reason(str(err))}); load only checkpoints written by seq2seq-attn"
-        ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
-        raise UserError(
-            f"{path}: corrupt or truncated checkpoint ({' '.join(str(err).split())[:160]})"
-        ) from None
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
+    except (FileNotFoundError, IsADirectoryError):
+        raise CheckpointNotFound(f"{path}: checkpoint not found") from None
+    with handle:
+        if not zipfile.is_zipfile(handle):  # every checkpoint we write is a torch zip archive
+            raise UserError(f"{path}: corrupt or truncated checkpoint (not a torch zip archive)")
+        handle.seek(0)
+        try:
+            payload = torch.load(handle, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as err:
+            raise UserError(
+                f"{path}: refused to load checkpoint: it holds more than tensors and plain data "
+                f"({_unsafe_reason(str(err))}); load only checkpoints written by seq2seq-attn"
+            ) from None
+        except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as err:
+            raise UserError(
+                f"{path}: corrupt or truncated checkpoint ({' '.join(str(err).split())[:160]})"
+            ) from None
     if not (isinstance(payload, dict) and isinstance(payload.get("model"), dict)):
         raise UserError(f"{path}: not a seq2seq-attn checkpoint (no model weights inside)")
     if not isinstance(payload.get("config"), dict):
@@ -134,7 +147,7 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu", which: st
     """
     file = resolve_checkpoint(path, which)
     if average:
-        payload = average_checkpoints(latest_checkpoints(run_dir_of(file), average))
+        payload, _ = average_latest(run_dir_of(file), average)
         console.info(f"averaged {', '.join(payload['averaged_from'])}")
     else:
         payload = load_checkpoint(file)
@@ -340,6 +353,23 @@ def latest_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
             f"{folder}: cannot average the last {k} checkpoints, the run has {len(by_step)} step-N.pt files"
         )
     return [by_step[step] for step in sorted(by_step)[-k:]]
+
+
+def average_latest(run_dir: str | Path, k: int) -> tuple[dict[str, Any], list[Path]]:
+    """The average of a run's `k` most recent `step-N.pt` checkpoints (see below), and their paths.
+
+    A run still training may remove one of them (best-K pruning) between our listing and our loading
+    it; then we list again.
+    """
+    attempts = RELIST_ATTEMPTS
+    while True:
+        paths = latest_checkpoints(run_dir, k)
+        try:
+            return average_checkpoints(paths), paths
+        except CheckpointNotFound:
+            attempts -= 1
+            if not attempts:
+                raise
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:

@@ -435,8 +435,8 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
         raise UserError(f"{path}{where}: invalid YAML: {problem}") from None
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-    if raw is None:
-        raw = {}
+    if raw is None or raw == {}:  # a file not saved yet or cut short, not a wish for every default
+        raise UserError(f"{path}: empty config; a config must set at least `name`")
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a config must be a mapping of sections, got {type(raw).__name__}")
     for item in overrides:

@@ -5,6 +5,9 @@ it in `<data_dir>/vocab/` with a manifest (the vocabulary settings and the sha25
 trained on), so a second run does no work unless the data or the settings changed. Special ids are fixed
 everywhere: pad=0, unk=1, bos=2, eos=3. `data/cache.py` encodes every split with it once, for training.
 
+Both hold the data folder's lock (lock.py) while they write, and only then, so that trainings which find
+the vocabulary and cache up to date can start side by side on one data folder.
+
 The `word` model type is the paper's shortlist (Bahdanau et al. 2014: the 30k most frequent words, every
 other word is <unk>). sentencepiece splits words on white space only, so punctuation stays attached to
 words unless the corpus was tokenised beforehand. We encode words one by one (sentencepiece would merge a
@@ -26,6 +29,7 @@ from .console import info
 from .data import SIDES
 from .errors import UserError
 from .io import atomic_write, read_json, sha256_file, sha256_text, write_json
+from .lock import exclusive
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")
@@ -166,21 +170,22 @@ def build_vocab(config: Config, force: bool = False) -> Vocab:
             info(f"vocab: {folder} is up to date")
             return Vocab.load(folder, config.vocab.threads)
 
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest_file.unlink(missing_ok=True)  # a run killed mid-training must not leave a "current" vocab
-    names = _model_names(config.vocab.joint)
-    for name in names:
-        sources = inputs if config.vocab.joint else [file for file in inputs if file.suffix == f".{name}"]
-        info(
-            f"vocab: training {config.vocab.type} model {name} ({config.vocab.size} pieces) on "
-            + " + ".join(file.name for file in sources)
-        )
-        _train_model(sources, folder, name, config.vocab)
-    for stale in set(_model_names(not config.vocab.joint)) - set(names):
-        for suffix in (".model", ".vocab"):
-            (folder / f"{stale}{suffix}").unlink(missing_ok=True)
-    models = [folder / f"{name}.model" for name in names]
-    write_json(manifest_file, {**wanted, "models": list(names), "fingerprint": _fingerprint(models)})
+    with exclusive(config.data_dir):  # one writer at a time
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest_file.unlink(missing_ok=True)  # a run killed mid-training must not leave a "current" vocab
+        names = _model_names(config.vocab.joint)
+        for name in names:
+            sources = inputs if config.vocab.joint else [file for file in inputs if file.suffix == f".{name}"]
+            info(
+                f"vocab: training {config.vocab.type} model {name} ({config.vocab.size} pieces) on "
+                + " + ".join(file.name for file in sources)
+            )
+            _train_model(sources, folder, name, config.vocab)
+        for stale in set(_model_names(not config.vocab.joint)) - set(names):
+            for suffix in (".model", ".vocab"):
+                (folder / f"{stale}{suffix}").unlink(missing_ok=True)
+        models = [folder / f"{name}.model" for name in names]
+        write_json(manifest_file, {**wanted, "models": list(names), "fingerprint": _fingerprint(models)})
     return Vocab.load(folder, config.vocab.threads)
 
 

@@ -113,7 +113,7 @@ def test_overrides_are_typed_like_yaml(tmp_path):
     ],
 )
 def test_bad_override_is_a_clear_error(tmp_path, override, fragment):
-    path = write(tmp_path, "{}\n")
+    path = write(tmp_path, "name: t\n")
     with pytest.raises(UserError, match=re.escape(fragment)):
         load_config(path, [override])
 

@@ -284,7 +284,10 @@ def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
     [
         (["--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
         (["--beam", "0"], "--beam: `decode.beam_size` must be a number >= 1, got 0"),
-        (["--beam", "2", "--nbest", "3"], "--beam, --nbest: `decode.nbest` = 3 exceeds `decode.beam_size` = 2"),
+        (
+            ["--beam", "2", "--nbest", "3"],
+            "--beam, --nbest: `decode.nbest` = 3 exceeds `decode.beam_size` = 2",
+        ),
         (["-o", "/nonexistent-dir/out.txt"], "does not exist"),
     ],
 )

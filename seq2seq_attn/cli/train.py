@@ -26,13 +26,16 @@ def train_command(
 ) -> None:
     """Prepare data and vocabulary if needed, then train into the run directory (runs/<name>).
 
-    Re-running on a run directory that has a checkpoint continues exactly where it stopped. Under
+    Re-running on a run directory that has a checkpoint continues exactly where it stopped; only one
+    process at a time trains into a run directory. Under
     `torchrun --nproc_per_node=N -m seq2seq_attn train CONFIG` it trains with DDP.
     """
     resolved = load_config(config, overrides)
     if dry_run:
         print_resolved(resolved)
         return
+    from ..lock import run_dir_lock
     from ..train import train  # torch import only when training
 
-    train(resolved, resume=resume)
+    with run_dir_lock(resolved.run_dir):  # before anything is written there: one trainer per run
+        train(resolved, resume=resume)

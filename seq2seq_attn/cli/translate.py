@@ -148,13 +148,15 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
-    from ..checkpoint import average_checkpoints, latest_checkpoints, save_checkpoint
+    from ..checkpoint import average_checkpoints, average_latest, save_checkpoint
 
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:
             raise UserError(f"{paths[0]}: is a run directory; give --last K (K >= 1) checkpoints to average")
-        paths = latest_checkpoints(paths[0], last)
+        averaged, paths = average_latest(paths[0], last)
     elif last:
         raise UserError("--last K needs exactly one run directory, not checkpoint files")
-    save_checkpoint(output, average_checkpoints(paths))
+    else:
+        averaged = average_checkpoints(paths)
+    save_checkpoint(output, averaged)
     info(f"average: {output} = mean of {', '.join(str(p) for p in paths)}")

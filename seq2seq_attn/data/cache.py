@@ -24,6 +24,7 @@ from ..config import Config
 from ..console import info, progress
 from ..errors import UserError
 from ..io import atomic_write, read_json, sha256_file, write_json
+from ..lock import exclusive
 from ..vocab import UNK_ID, Vocab, data_file, vocab_dir
 from . import SIDES, SPLITS
 
@@ -50,13 +51,13 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
     stale = [name for name in files if force or not _is_current(folder, name, entries, hashes[name])]
     if stale:
         info(f"vocab: encoding {', '.join(stale)} into {folder}")
-        for name in stale:
-            entries.pop(name, None)
-        write_json(manifest_file, manifest)
         bar = progress(
             total=sum(files[name].stat().st_size for name in stale), unit="B", unit_scale=True, desc="encode"
         )
-        with bar:
+        with exclusive(config.data_dir), bar:  # one writer at a time
+            for name in stale:
+                entries.pop(name, None)
+            write_json(manifest_file, manifest)
             for name in stale:
                 encode = vocab.encode_src if name.endswith(".src") else vocab.encode_tgt
                 bar.set_postfix_str(name)

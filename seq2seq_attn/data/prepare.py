@@ -3,7 +3,8 @@
 The six files are written to temporary siblings and committed together at the end, so a failure half
 way (a line-count mismatch in the test split, Ctrl-C, a full disk) leaves the previous data untouched.
 `manifest.json` is written last: counts per split, what each cleaning rule did, the sha256 of every
-file, the source, and the fingerprint of the inputs.
+file, the source, and the fingerprint of the inputs. The data folder's lock (lock.py) is held while
+writing, and only then, so that trainings which find the data up to date can start side by side.
 
 The fingerprint is the sha256 of the `data` config section, the package and format versions, and the
 (path, size, mtime) of every input file; a Hugging Face hub dataset counts through its name, config
@@ -25,6 +26,7 @@ from ..config import Config, DataConfig, to_dict
 from ..console import progress
 from ..errors import UserError
 from ..io import atomic_write, sha256_file, sha256_text, write_json
+from ..lock import exclusive
 from . import SIDES, SPLITS
 from .clean import Cleaner
 from .sources import Pair, Source, open_source
@@ -50,8 +52,13 @@ def prepare(config: Config, force: bool = False) -> Prepared:
     fingerprint = input_fingerprint(config.data, source)
     if not force and (manifest := current_manifest(data_dir, fingerprint)) is not None:
         return Prepared(data_dir, manifest, redone=False)
+    with exclusive(data_dir):  # one writer at a time
+        return Prepared(data_dir, write_prepared(config, source, fingerprint), redone=True)
 
-    data_dir.mkdir(parents=True, exist_ok=True)
+
+def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str, Any]:
+    """Write the six split files (all replaced together, or none) and then the manifest; return it."""
+    data_dir = config.data_dir
     splits = {}
     with contextlib.ExitStack() as pending:  # every output file is replaced at the end, or none is
         for split in SPLITS:
@@ -77,7 +84,7 @@ def prepare(config: Config, force: bool = False) -> Prepared:
         },
     }
     write_json(data_dir / MANIFEST, manifest)
-    return Prepared(data_dir, manifest, redone=True)
+    return manifest
 
 
 def write_split(pairs: Iterable[Pair], src_out: IO[str], tgt_out: IO[str], cleaner: Cleaner | None) -> dict:
