@@ -52,11 +52,12 @@ RESUME_CRITICAL = ("data", "vocab", "model")
 
 @dataclass
 class Ranks:
-    """Where this process sits in a (possibly single-process) DDP job."""
+    """Where this process sits in a DDP job; `distributed` is False for a plain process (no process group)."""
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    distributed: bool = False
 
     @property
     def is_main(self) -> bool:
@@ -123,14 +124,15 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
         progress = _restore(state, model, optimizer, schedule, stream, ranks)
     if ranks.is_main:
         _init_run_dir(run_dir, config, vocab, progress.step)
+        ddp = f", DDP with world size {ranks.world_size} ({dist.get_backend()})" if ranks.distributed else ""
         console.info(
-            f"{'resuming' if state else 'training'} {run_dir} at step {progress.step} on {device} "
+            f"{'resuming' if state else 'training'} {run_dir} at step {progress.step} on {device}{ddp} "
             f"({sum(p.numel() for p in model.parameters()):,} parameters, {len(stream)} batches/epoch)"
         )
 
     trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, device, ranks, run_dir)
     trainer.run(stop_after)
-    if ranks.world_size > 1:
+    if ranks.distributed:
         del trainer  # DDP's reducer holds the process group: let it go first
         _shutdown_distributed()
     return run_dir
@@ -141,10 +143,13 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
 
 
 def _init_distributed(config: Config) -> Ranks:
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
+    """Join the process group a launcher (torchrun) describes in the environment (WORLD_SIZE, RANK, ...),
+    even a group of one process: `torchrun --nproc_per_node=1` runs the same DDP code as a larger job."""
+    if "WORLD_SIZE" not in os.environ:
         return Ranks()
-    ranks = Ranks(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    ranks = Ranks(
+        int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0")), True
+    )
     if not dist.is_initialized():
         use_cuda = config.train.device != "cpu" and torch.cuda.is_available()
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")
@@ -163,7 +168,7 @@ def _shutdown_distributed() -> None:
 
 
 def _barrier(ranks: Ranks) -> None:
-    if ranks.world_size > 1:
+    if ranks.distributed:
         dist.barrier()
 
 
@@ -319,7 +324,7 @@ class _Loop:
         self.bf16 = uses_bf16(self.cfg.precision, device)
         model.compile_attention(self.cfg.compile)
         self.net = model
-        if ranks.world_size > 1:
+        if ranks.distributed:
             ids = [device.index] if device.type == "cuda" else None
             self.net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
         self.stop_signal: int | None = None
@@ -360,7 +365,7 @@ class _Loop:
     def _time_up(self) -> bool:
         """Wall-clock budget, checked at log intervals; under DDP rank 0's clock decides for all."""
         up = [self.elapsed() >= self.cfg.max_minutes * 60]
-        if self.ranks.world_size > 1:
+        if self.ranks.distributed:
             dist.broadcast_object_list(up, src=0)
         return up[0]
 
@@ -481,7 +486,7 @@ class _Loop:
         only one of them). So they compare their flags at log intervals, where the loop synchronises
         anyway, and all stop when any rank was signalled: at most train.log_every updates later.
         """
-        if self.ranks.world_size == 1:
+        if not self.ranks.distributed:
             return self.stop_signal
         if self.progress.step % self.cfg.log_every:
             return None
@@ -501,7 +506,7 @@ class _Loop:
         stop = [False]
         if self.ranks.is_main:
             stop[0] = self._validate_main(ranks_state)
-        if self.ranks.world_size > 1:
+        if self.ranks.distributed:
             dist.broadcast_object_list(stop, src=0)
         return stop[0]
 
@@ -542,7 +547,7 @@ class _Loop:
     def rank_states(self) -> dict[str, list]:
         """RNG states and data positions of every rank (a collective under DDP)."""
         rng, data = _rng_state(), self.stream.state_dict()
-        if self.ranks.world_size == 1:
+        if not self.ranks.distributed:
             return {"rng": [rng], "data": [data]}
         return {"rng": self._gather(rng), "data": self._gather(data)}
 
