@@ -125,7 +125,8 @@ name: tiny
 data:
   source: {source}
   dir: data
-  synthetic: {{train_size: 60, valid_size: 8, test_size: 8, vocab_size: 100, irregular_words: 5, max_words: 8}}
+  synthetic: {{train_size: 60, valid_size: 8, test_size: 8, vocab_size: 100, irregular_words: 5,
+              max_words: 8}}
   huggingface: {{name: wmt14, config: fr-en}}
 """
 
