@@ -6,7 +6,7 @@
 # Stages, in this order, each with its own time limit (below) so that the whole check ends within TOTAL_S;
 # a stage that fails or runs out of time does not stop the next one:
 #   env          nvidia-smi, torch / CUDA / cuDNN / NCCL versions, packages, lscpu   -> OUT/env/
-#   tests        tests/test_cuda.py with pytest: junit XML and log                  -> OUT/tests/
+#   tests        tests/test_cuda.py with pytest                                     -> OUT/tests/junit.xml
 #   bench-small  the model micro-benchmark (BENCH_STEP) of the small configs        -> OUT/bench/CONFIG.{json,md}
 #   bench-paper  the same for rnnsearch50 at the paper's batch of 80, vocab 30k     -> OUT/bench/rnnsearch50.*
 #                (both in fp32 and bf16, eager and with compiled attention; one run per config, so that a
@@ -189,7 +189,6 @@ if "$PYTHON" -c "import pytest" 2>/dev/null; then
     # quick: only the `cuda` tests (skipped on a CPU); the file's other tests run in `make test` anyway
     stage tests "$TESTS_S" "$PYTHON" -m pytest -p no:cacheprovider -rA tests/test_cuda.py \
         --junitxml="$OUT/tests/junit.xml" $( ((QUICK)) && echo "-m cuda")
-    cp "$OUT/logs/tests.log" "$OUT/tests/pytest.log"
 else
     record tests skipped 0 0 "pytest is not installed: no test ran"
 fi
@@ -252,7 +251,7 @@ from pathlib import Path
 out, device, quick, total = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 BENCHMARKED = ["small_rnnencdec", "small_luong", "small_rnnsearch", "rnnsearch50"]
 OUTPUTS = [
-    "env/torch.json", "env/lscpu.txt", "env/nvidia-smi.txt", "tests/junit.xml", "tests/pytest.log",
+    "env/torch.json", "env/lscpu.txt", "env/nvidia-smi.txt", "tests/junit.xml", "logs/tests.log",
     *(f"bench/{config}.{suffix}" for config in BENCHMARKED for suffix in ("json", "md")),
     "demo/summary.md", "demo/curve.png", "demo/by_length.json",
 ]

@@ -3,7 +3,8 @@ batches, NCCL.
 
 Tests marked `cuda` need a CUDA device and are skipped without one (conftest.py); `scripts/gpu_check.sh` runs
 this file on a GPU machine (docs/gpu.md). The others run anywhere: the GPU's precision rule emulated on the
-CPU, and the command line of an image without the `datasets` package, as GPU images often are.
+CPU, and the command line, scripts and this file on an image without `datasets` and `hypothesis`, as GPU
+images often are.
 """
 
 from __future__ import annotations
@@ -106,11 +107,18 @@ def test_torchrun_one_process_with_nccl(workdir):  # noqa: F811 (the fixture)
     ddp_train(workdir, 1, "nccl", "train.device=cuda")
 
 
-# Runs a module (`-m` style) or a script with `import datasets` failing, as where the package is absent.
-WITHOUT_DATASETS = textwrap.dedent(
+# Runs a module (`-m` style) or a script as on a GPU image that lacks `datasets` and `hypothesis`: importing
+# them fails.
+ON_GPU_IMAGE = textwrap.dedent(
     """
     import runpy, sys
-    sys.modules["datasets"] = None  # `import datasets` raises ImportError
+
+    class Absent:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in ("datasets", "hypothesis"):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    sys.meta_path.insert(0, Absent())
     target = sys.argv.pop(1)
     sys.argv[0] = target
     if target.endswith(".py"):
@@ -131,30 +139,31 @@ data:
 """
 
 
-def without_datasets(target: str, *args: str) -> subprocess.CompletedProcess:
+def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", WITHOUT_DATASETS, target, *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", ON_GPU_IMAGE, target, *args], capture_output=True, text=True, timeout=120
     )
 
 
-def test_command_line_and_scripts_work_without_the_datasets_package(tmp_path):
-    """Only `data.source: huggingface` needs `datasets`: everything else imports and runs without it, and
-    that source says in one line what is missing."""
-    for target in (
-        "seq2seq_attn",
-        str(ROOT / "scripts" / "reproduce.py"),
-        str(ROOT / "scripts" / "bench_step.py"),
-    ):
-        result = without_datasets(target, "--help")
+def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis(tmp_path):
+    """Only `data.source: huggingface` needs `datasets`, and it says so in one line; everything else, and
+    this file's tests, import and run without it (and without hypothesis, a test dependency)."""
+    scripts = [str(ROOT / "scripts" / name) for name in ("reproduce.py", "bench_step.py")]
+    for target in ("seq2seq_attn", *scripts):
+        result = on_gpu_image(target, "--help")
         assert result.returncode == 0, result.stderr[-3000:]
         assert "usage" in result.stdout.lower()
 
     for source in ("synthetic", "huggingface"):
         (tmp_path / f"{source}.yaml").write_text(TINY_SYNTHETIC.format(source=source))
-    result = without_datasets("seq2seq_attn", "data", "prepare", str(tmp_path / "synthetic.yaml"))
+    result = on_gpu_image("seq2seq_attn", "data", "prepare", str(tmp_path / "synthetic.yaml"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert len((tmp_path / "data" / "train.src").read_text().splitlines()) == 60
-
-    result = without_datasets("seq2seq_attn", "data", "prepare", str(tmp_path / "huggingface.yaml"))
+    result = on_gpu_image("seq2seq_attn", "data", "prepare", str(tmp_path / "huggingface.yaml"))
     assert result.returncode == 2
     assert "needs the `datasets` package" in result.stderr and "Traceback" not in result.stderr
+
+    pytest_args = ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    result = on_gpu_image("pytest", *pytest_args, "--rootdir", str(ROOT), __file__)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "test_torchrun_one_process_with_nccl" in result.stdout
