@@ -163,6 +163,7 @@ if device == "cuda" and not cuda:
     sys.exit("gpu_check: --device cuda, but torch sees no CUDA device")
 EOF
 }
+
 bench_each() {  # bench_each FOLDER CONFIG... -- BENCH_STEP_COMMAND...: one run per config, FOLDER/CONFIG.*
     local folder=$1 configs=() config failed=0
     shift
