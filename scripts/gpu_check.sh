@@ -12,7 +12,7 @@
 #                (both in fp32 and bf16, eager and with compiled attention; one run per config, so that a
 #                stage that runs out of time keeps the configs it finished)
 #   demo         `make demo`'s two models for a shorter budget, via reproduce.py    -> OUT/demo/ (curve, summary)
-# then OUT/summary.md and OUT/summary.json: each stage's status (passed, failed, timeout, skipped), duration
+# then OUT/summary.md and OUT/summary.json (scripts/gpu_check.py): each stage's status (passed, failed, timeout, skipped), duration
 # and log (OUT/logs/STAGE.log). Exit code 0 when no stage failed or timed out.
 #
 # --quick shrinks every stage (tiny shapes, no compile, a demo of a few updates on a tiny corpus) so that the
@@ -115,53 +115,7 @@ collect_env() {  # collect_env FOLDER DEVICE
         echo "nvidia-smi: not found" >"$folder/nvidia-smi.txt"
     fi
     lscpu >"$folder/lscpu.txt" 2>&1 || echo "lscpu: not found" >"$folder/lscpu.txt"
-    "$PYTHON" - "$folder/torch.json" "$device" <<'EOF'
-"""torch, CUDA, cuDNN, NCCL and the packages the check uses, as JSON; fails when CUDA is asked for but absent."""
-import importlib.metadata
-import json
-import platform
-import sys
-
-import torch
-
-path, device = sys.argv[1:]
-cuda = torch.cuda.is_available()
-
-
-def version(package):
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-info = {
-    "python": platform.python_version(),
-    "torch": torch.__version__,
-    "cuda": torch.version.cuda,
-    "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-    "cuda_available": cuda,
-    "devices": [
-        {
-            "name": torch.cuda.get_device_name(i),
-            "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
-            "memory_gib": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
-        }
-        for i in range(torch.cuda.device_count())
-    ],
-    "bf16": torch.cuda.is_bf16_supported() if cuda else None,
-    "nccl": str(torch.cuda.nccl.version()) if cuda and torch.distributed.is_nccl_available() else None,
-    "cpu_threads": torch.get_num_threads(),
-    "packages": {name: version(name) for name in (
-        "numpy", "sentencepiece", "sacrebleu", "typer", "tqdm", "pyyaml", "matplotlib", "triton", "pytest",
-        "hypothesis", "datasets")},
-}
-with open(path, "w", encoding="utf-8") as handle:
-    json.dump(info, handle, indent=2)
-print(json.dumps(info, indent=2))
-if device == "cuda" and not cuda:
-    sys.exit("gpu_check: --device cuda, but torch sees no CUDA device")
-EOF
+    "$PYTHON" scripts/gpu_check.py env "$folder" "$device"
 }
 
 bench_each() {  # bench_each FOLDER CONFIG... -- BENCH_STEP_COMMAND...: one run per config, FOLDER/CONFIG.*
@@ -242,75 +196,4 @@ done
 
 # -- summary --------------------------------------------------------------------------------------------
 
-"$PYTHON" - "$OUT" "$DEVICE" "$QUICK" "$(($(date +%s) - START))" <<'EOF'
-"""OUT/summary.json and OUT/summary.md from the stage records, the junit XML and the benchmark tables."""
-import json
-import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
-
-out, device, quick, total = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
-BENCHMARKED = ["small_rnnencdec", "small_luong", "small_rnnsearch", "rnnsearch50"]
-OUTPUTS = [
-    "env/torch.json", "env/lscpu.txt", "env/nvidia-smi.txt", "tests/junit.xml", "logs/tests.log",
-    *(f"bench/{config}.{suffix}" for config in BENCHMARKED for suffix in ("json", "md")),
-    "demo/summary.md", "demo/curve.png", "demo/by_length.json",
-]
-
-
-def test_counts(path):
-    """tests, failures, errors and skipped, summed over the junit file's test suites."""
-    if not path.is_file():
-        return None
-    suites = list(ET.parse(path).getroot().iter("testsuite"))
-    return {key: sum(int(suite.get(key, 0)) for suite in suites) for key in ("tests", "failures", "errors", "skipped")}
-
-
-stages = []
-for line in (out / "logs" / "stages.tsv").read_text().splitlines():
-    name, status, seconds, limit, note = line.split("\t")
-    stages.append({"stage": name, "status": status, "seconds": float(seconds), "limit_s": int(limit),
-                   "log": f"logs/{name}.log", "note": note})
-counts = test_counts(out / "tests" / "junit.xml")
-for stage in stages:
-    if stage["stage"] == "tests" and counts:
-        ran = counts["tests"] - counts["skipped"]
-        stage["note"] += (f"; {ran - counts['failures'] - counts['errors']} passed, {counts['failures']} "
-                          f"failed, {counts['errors']} errors, {counts['skipped']} skipped")
-        if stage["status"] == "passed" and ran == 0:
-            stage["status"] = "skipped"  # every test needs what this machine lacks (a CUDA device)
-ok = all(stage["status"] in ("passed", "skipped") for stage in stages)
-summary = {
-    "device": device,
-    "quick": quick,
-    "passed": ok,
-    "total_s": total,
-    "stages": stages,
-    "tests": counts,
-    "outputs": {name: (out / name).is_file() for name in OUTPUTS},
-}
-(out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-
-torch_info = json.loads((out / "env" / "torch.json").read_text()) if (out / "env" / "torch.json").is_file() else {}
-gpus = ", ".join(d["name"] for d in torch_info.get("devices", [])) or "none"
-lines = [
-    f"# GPU check: {'passed' if ok else 'FAILED'}",
-    "",
-    f"`scripts/gpu_check.sh --device {device}{' --quick' if quick else ''}`: {total} s; GPU: {gpus}; "
-    f"torch {torch_info.get('torch')}, CUDA {torch_info.get('cuda')}, cuDNN {torch_info.get('cudnn')}",
-    "",
-    "| stage | status | seconds | limit (s) | log | note |",
-    "|---|---|---:|---:|---|---|",
-]
-lines += [f"| {s['stage']} | {s['status']} | {s['seconds']} | {s['limit_s']} | [{s['log']}]({s['log']}) "
-          f"| {s['note']} |" for s in stages]
-missing = [name for name, present in summary["outputs"].items() if not present]
-lines += ["", f"Missing outputs: {', '.join(missing)}" if missing else "All outputs written."]
-for table in [f"bench/{config}.md" for config in BENCHMARKED] + ["demo/by_length.md"]:  # headings one level down
-    if (out / table).is_file():
-        text = (out / table).read_text().strip().splitlines()
-        lines += ["", f"## {table}", ""] + ["##" + line if line.startswith("#") else line for line in text]
-(out / "summary.md").write_text("\n".join(lines) + "\n")
-print("\n".join(lines[:len(stages) + 8]))
-sys.exit(0 if ok else 1)
-EOF
+"$PYTHON" scripts/gpu_check.py summary "$OUT" "$DEVICE" "$QUICK" "$(($(date +%s) - START))"
