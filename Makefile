@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint format demo reproduce-local reproduce-wmt14 bench clean
+.PHONY: install test lint format demo reproduce-local reproduce-wmt14 bench gpu-check clean
 
 install: $(STAMP)
 
@@ -54,6 +54,12 @@ reproduce-wmt14: install
 # Peers are pip-installed once into .bench/venvs/. Options: BENCH_ARGS="--corpus ../shared/corpora/en-fr --reps 1"
 bench: install
 	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+
+# Every GPU path in one command of at most 10 minutes, results in GPU_CHECK_OUT (docs/gpu.md). Installs
+# nothing: runs in place with the venv's Python when there is one. On a CPU: GPU_CHECK_ARGS="--device cpu --quick"
+GPU_CHECK_OUT ?= runs/gpu-check
+gpu-check:
+	PYTHON=$(if $(wildcard $(BIN)/python),$(BIN)/python,python3) scripts/gpu_check.sh $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -26,19 +26,17 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 @dataclass(frozen=True)
 class Ranks:
-    """This process's place in a (possibly single-process) DDP job."""
+    """This process's place in a DDP job; `is_distributed` is False for a plain process (no process group),
+    True under a launcher even with one process, so that `torchrun --nproc_per_node=1` runs the DDP code."""
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    is_distributed: bool = False
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-    @property
-    def is_distributed(self) -> bool:
-        return self.world_size > 1
 
     def barrier(self) -> None:
         if self.is_distributed:
@@ -62,11 +60,12 @@ class Ranks:
 
 
 def init_ranks(device: str) -> Ranks:
-    """Join the process group `torchrun` describes in the environment (nccl on CUDA, gloo on CPUs)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
+    """Join the process group a launcher (`torchrun`) describes in the environment (nccl on CUDA, gloo on
+    CPUs), even a group of one process."""
+    if "WORLD_SIZE" not in os.environ:
         return Ranks()
-    ranks = Ranks(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    world_size, local_rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
+    ranks = Ranks(int(os.environ["RANK"]), world_size, local_rank, is_distributed=True)
     if not dist.is_initialized():
         use_cuda = device != "cpu" and torch.cuda.is_available()
         dist.init_process_group(backend="nccl" if use_cuda else "gloo")

@@ -1,4 +1,5 @@
-"""Shared fixtures: a tiny, complete run directory (vocabulary + untrained checkpoint) for CLI-level tests."""
+"""Shared fixtures and helpers: a tiny, complete run directory (vocabulary + untrained checkpoint) for
+CLI-level tests; random tiny models and sources for search tests (on the CPU and, in test_cuda.py, a GPU)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from torch import nn
 
 from seq2seq_attn.checkpoint import checkpoint_dir, point_best, save_checkpoint
-from seq2seq_attn.config import Config, from_dict, to_dict
+from seq2seq_attn.config import Config, DecodeConfig, ModelConfig, from_dict, to_dict
 from seq2seq_attn.model import build_model
+from seq2seq_attn.search import translate_ids
 from seq2seq_attn.vocab import build_vocab
 
 TINY_MODEL = {
@@ -25,6 +28,21 @@ TINY_MODEL = {
 }
 SRC_WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house", "big", "red", "naïve"]
 TGT_WORDS = ["le", "chat", "assis", "sur", "tapis", "un", "chien", "couru", "à", "maison", "grand", "rouge"]
+SEARCH_VOCAB = 30  # source and target vocabulary of `random_model`
+SEARCH_FAMILIES = [  # a GRU RNNsearch, an LSTM Luong decoder, the RNNencdec
+    {"decoder": "rnnsearch", "attention": "bahdanau", "cell": "gru"},
+    {"decoder": "luong", "attention": "general", "cell": "lstm"},
+    {"decoder": "rnnsearch", "attention": "none", "cell": "gru"},
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `cuda` are skipped where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    for item in items:
+        if item.get_closest_marker("cuda"):
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
 
 
 def tiny_config(root: Path, **sections: dict) -> Config:
@@ -89,3 +107,31 @@ def tiny_run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = tiny_config(root)
     write_corpus(config.data_dir)
     return make_run_dir(config)
+
+
+def random_model(seed: int = 0, **overrides: str) -> nn.Module:
+    """An untrained TINY_MODEL (with `overrides`) over SEARCH_VOCAB ids, in eval mode, on the CPU."""
+    torch.manual_seed(seed)
+    return build_model(ModelConfig(**{**TINY_MODEL, **overrides}), SEARCH_VOCAB, SEARCH_VOCAB).eval()
+
+
+def random_sources(n: int, seed: int = 0, longest: int = 12) -> list[list[int]]:
+    """`n` sentences of 1 to `longest` random non-special ids."""
+    rng = random.Random(seed)
+    return [[rng.randrange(4, SEARCH_VOCAB) for _ in range(rng.randint(1, longest))] for _ in range(n)]
+
+
+def assert_search_is_batch_invariant(model: nn.Module, device: str) -> None:
+    """Beam search in fp32 on `device` gives each sentence the same n-best list searched alone as in batches
+    of several sizes, among other sentences in shuffled order."""
+    srcs = random_sources(16, seed=5, longest=15)
+    cfg = DecodeConfig(beam_size=4, nbest=2, precision="fp32")
+    alone = [translate_ids(model, [s], cfg, device)[0] for s in srcs]
+    order = list(range(len(srcs)))
+    random.Random(0).shuffle(order)
+    for budget in (16 * 4, 10_000):  # several batches, and everything in one batch
+        together = translate_ids(model, [srcs[i] for i in order], cfg, device, batch_tokens=budget)
+        for i, nbest in zip(order, together, strict=True):
+            assert [h.tokens for h in nbest] == [h.tokens for h in alone[i]]
+            # matrix kernels pick their blocking by row count, so the last float bits may differ
+            assert [h.score for h in nbest] == pytest.approx([h.score for h in alone[i]], rel=1e-5, abs=1e-6)

@@ -9,7 +9,9 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_MODEL
+from conftest import SEARCH_FAMILIES as FAMILIES
+from conftest import SEARCH_VOCAB as VOCAB
+from conftest import TINY_MODEL, assert_search_is_batch_invariant, random_model, random_sources
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
@@ -20,23 +22,7 @@ from seq2seq_attn.model import DecoderState, EncoderOutput, build_model
 from seq2seq_attn.search import length_penalty, score_bound, translate_ids
 from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID
 
-VOCAB = 30
-FAMILIES = [
-    {"decoder": "rnnsearch", "attention": "bahdanau", "cell": "gru"},
-    {"decoder": "luong", "attention": "general", "cell": "lstm"},
-    {"decoder": "rnnsearch", "attention": "none", "cell": "gru"},
-]
 PENALTIES = ["none", "average", "gnmt"]
-
-
-def random_model(seed: int = 0, **overrides: str) -> nn.Module:
-    torch.manual_seed(seed)
-    return build_model(ModelConfig(**{**TINY_MODEL, **overrides}), VOCAB, VOCAB).eval()
-
-
-def sources(n: int, seed: int = 0, longest: int = 12) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(4, VOCAB) for _ in range(rng.randint(1, longest))] for _ in range(n)]
 
 
 def decode(**settings: object) -> DecodeConfig:
@@ -100,7 +86,7 @@ def reference_greedy(model: nn.Module, ids: list[int], max_len: int) -> tuple[li
 @pytest.mark.parametrize("penalty", PENALTIES)
 def test_beam_one_is_greedy(family: dict, penalty: str) -> None:
     model = random_model(1, **family)
-    srcs = sources(12, seed=3)
+    srcs = random_sources(12, seed=3)
     cfg = decode(beam_size=1, length_penalty=penalty, max_len_a=1.0, max_len_b=4)
     results = translate_ids(model, srcs, cfg, "cpu")
     for ids, (hyp,) in zip(srcs, results, strict=True):
@@ -132,18 +118,7 @@ def test_beam_is_never_worse_than_greedy_and_nbest_is_sorted_and_distinct(
 
 @pytest.mark.parametrize("family", FAMILIES[:2], ids=lambda f: f["decoder"])
 def test_translation_does_not_depend_on_batch_size_or_neighbours(family: dict) -> None:
-    model = random_model(2, **family)
-    srcs = sources(16, seed=5, longest=15)
-    cfg = decode(beam_size=4, nbest=2)
-    alone = [translate_ids(model, [s], cfg, "cpu")[0] for s in srcs]
-    order = list(range(len(srcs)))
-    random.Random(0).shuffle(order)
-    for budget in (16 * 4, 10_000):  # several batches, and everything in one batch
-        together = translate_ids(model, [srcs[i] for i in order], cfg, "cpu", batch_tokens=budget)
-        for i, nbest in zip(order, together, strict=True):
-            assert [h.tokens for h in nbest] == [h.tokens for h in alone[i]]
-            # CPU matrix kernels pick their blocking by row count, so the last float bits may differ
-            assert [h.score for h in nbest] == pytest.approx([h.score for h in alone[i]], rel=1e-5, abs=1e-6)
+    assert_search_is_batch_invariant(random_model(2, **family), "cpu")
 
 
 @pytest.mark.parametrize(("precision", "dtype"), [("bf16", torch.bfloat16), ("auto", torch.float32)])
@@ -171,7 +146,7 @@ def test_precision_runs_the_search_in_bf16_when_asked(copy_model, precision: str
 @pytest.mark.parametrize(("min_len", "max_len_a", "max_len_b"), [(0, 0.0, 3), (4, 0.5, 2), (9, 0.0, 5)])
 def test_output_lengths_respect_min_and_max(min_len: int, max_len_a: float, max_len_b: int) -> None:
     model = random_model(4)
-    srcs = sources(10, seed=7)
+    srcs = random_sources(10, seed=7)
     cfg = decode(beam_size=3, nbest=3, min_len=min_len, max_len_a=max_len_a, max_len_b=max_len_b)
     for ids, nbest in zip(srcs, translate_ids(model, srcs, cfg, "cpu"), strict=True):
         longest = int(max_len_a * len(ids) + max_len_b)
@@ -186,7 +161,7 @@ def test_minimum_length_relative_to_the_source() -> None:
     model = random_model(4)
     with torch.no_grad():
         model.decoder.output.bias[EOS_ID] += 4.0  # a model that likes to stop early
-    srcs = sources(12, seed=9, longest=16)
+    srcs = random_sources(12, seed=9, longest=16)
     shortest = lambda cfg: [  # noqa: E731
         (len(ids), min(len(h.tokens) for h in nbest))
         for ids, nbest in zip(srcs, translate_ids(model, srcs, cfg, "cpu"), strict=True)
@@ -206,7 +181,7 @@ def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_no_repeat_ngram_blocks_repeats(n: int) -> None:
     model = random_model(5)
-    srcs = sources(10, seed=8)
+    srcs = random_sources(10, seed=8)
     forced_long = {"beam_size": 3, "nbest": 3, "min_len": 100, "max_len_a": 2.0, "max_len_b": 6}
     repeated = lambda results: sum(  # noqa: E731
         len(set(ngrams(h.tokens, n))) < len(ngrams(h.tokens, n)) for nbest in results for h in nbest

@@ -295,23 +295,34 @@ def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
 
 
 @pytest.mark.slow
-def test_ddp_gloo_two_processes(workdir):
-    command = torchrun_train(workdir, "train.max_steps=12", "train.validate_every=6")
+@pytest.mark.parametrize("processes", [1, 2])
+def test_ddp_gloo(workdir, processes):
+    ddp_train(workdir, processes, "gloo")
+
+
+def ddp_train(workdir: Path, processes: int, backend: str, *overrides: str) -> None:
+    """12 updates of the tiny config under torchrun with `processes` ranks: they join one `backend` process
+    group (even a group of one), step in lockstep and leave a loadable run."""
+    command = torchrun_train(
+        workdir, "train.max_steps=12", "train.validate_every=6", *overrides, processes=processes
+    )
     env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}  # a crashing rank prints its Python stack
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[:6000]
+    assert f"DDP with world size {processes} ({backend})" in result.stderr
     state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
     assert state["step"] == 12
-    assert len(state["data"]) == 2 and state["data"][0] == state["data"][1]  # ranks step in lockstep
+    assert len(state["data"]) == processes and all(d == state["data"][0] for d in state["data"])
     model, _, _ = load_trained(workdir / "run")
     assert sum(p.numel() for p in model.parameters()) > 0
 
 
-def torchrun_train(workdir: Path, *overrides: str) -> list[str]:
-    torchrun = Path(sys.executable).parent / "torchrun"
+def torchrun_train(workdir: Path, *overrides: str, processes: int = 2) -> list[str]:
+    """`torchrun` (as `python -m torch.distributed.run`, the same program) training the tiny config; not
+    `--quiet`, so that rank 0's status lines name the process group."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
     sets = [item for override in overrides for item in ("--set", override)]
-    head = [str(torchrun), "--nproc_per_node=2", "--standalone", "-m", "seq2seq_attn", "--quiet", "train"]
-    return [*head, str(workdir / "tiny.yaml"), *sets]
+    return [*torchrun, "--standalone", "-m", "seq2seq_attn", "train", str(workdir / "tiny.yaml"), *sets]
 
 
 def worker_pids(parent: int) -> list[int]:

@@ -23,7 +23,9 @@ the step-by-step code, values and gradients, in float64.
 
 Precision, in both: the GRU's and the output layer's matrix products run in the compute dtype (bf16 under
 autocast); attention runs in the dtype of the annotations and keys (`device.attention_dtype`: fp32 on a CPU),
-as in the step path, with its softmax and the softmax's gradient in fp32 at least.
+as in the step path, with its softmax and the softmax's gradient in fp32 at least. RNNsearch's gradients of
+the keys and of v_a, sums over all steps, are accumulated in fp32 at least: where attention runs in bf16 (on a
+GPU), a bf16 running sum would lose a bit of precision at every step of a long sentence.
 """
 
 from __future__ import annotations
@@ -171,7 +173,7 @@ class AttentiveGRU(torch.autograd.Function):
         d_gates_h = previous.new_empty(steps, batch, 3 * hidden)  # d g_i
         d_queries = previous.new_empty(steps, batch, w_query.size(0))  # d (W_a s_{i-1})
         d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
-        d_keys = torch.zeros_like(keys)
+        d_keys = torch.zeros_like(keys, dtype=wide)  # (summed over steps: see the module's docstring)
         d_v = torch.zeros_like(v, dtype=wide)
         attention_backward = kernel(additive_backward, ctx.compiled)
         for i in reversed(range(steps)):

@@ -1,0 +1,169 @@
+"""What a GPU runs that a CPU does not: attention in bf16, cuBLAS / cuDNN / Triton kernels, pinned-memory
+batches, NCCL.
+
+Tests marked `cuda` need a CUDA device and are skipped without one (conftest.py); `scripts/gpu_check.sh` runs
+this file on a GPU machine (docs/gpu.md). The others run anywhere: the GPU's precision rule emulated on the
+CPU, and the command line, scripts and this file on an image without `datasets` and `hypothesis`, as GPU
+images often are.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SEARCH_FAMILIES, assert_search_is_batch_invariant, random_model
+from test_fused import assert_as_accurate, assert_compiled_attention_equals_eager, errors_against_float64
+from test_model import batch, tiny_model
+from test_train import config_of, ddp_train, metrics, parameters, prepared, workdir  # noqa: F401 (fixtures)
+
+from seq2seq_attn import train as train_module
+from seq2seq_attn.checkpoint import load_checkpoint
+from seq2seq_attn.model import seq2seq
+
+FUSED_DECODERS = [("rnnsearch", "bahdanau"), ("luong-feed", "general")]  # one per fused Function
+# (largest relative error of the step-by-step code, slack of the fused code's) against float64
+TOLERANCE = {"fp32": (1e-3, 1e-5), "bf16": (0.2, 0.01)}
+
+
+@pytest.fixture
+def fp32_is_fp32(monkeypatch) -> None:
+    """No TF32 in fp32 products (cuDNN's RNNs use it by default on Ampere and newer): fp32 tests compare
+    with fp32's own precision."""
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+
+
+@pytest.mark.cuda
+@pytest.mark.usefixtures("fp32_is_fp32")
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize(("decoder", "attention"), FUSED_DECODERS)
+def test_fused_recurrences_on_cuda_are_as_accurate_as_autograd(decoder, attention, precision, monkeypatch):
+    """Both fused Functions against the step-by-step code on CUDA, outputs and every gradient, in fp32 and
+    under bf16 autocast (where attention runs in bf16 too)."""
+    variant = ("gru-bi-1", attention, decoder)
+    errors = errors_against_float64(variant, "cuda", precision == "bf16", monkeypatch)
+    assert_as_accurate(*errors, *TOLERANCE[precision], ratio=2.0)
+
+
+@pytest.mark.parametrize(("decoder", "attention"), FUSED_DECODERS)
+def test_fused_recurrences_with_attention_in_bf16_as_on_a_gpu(decoder, attention, monkeypatch):
+    """Under autocast a GPU runs attention in bf16 (device.attention_dtype), a CPU in fp32: here the CPU
+    follows the GPU's rule, so that combination is checked on every machine."""
+    monkeypatch.setattr(seq2seq, "attention_dtype", torch.get_autocast_dtype)
+    variant = ("gru-bi-1", attention, decoder)
+    src, lengths, _ = batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert tiny_model(*variant).encode(src, lengths).annotations.dtype == torch.bfloat16
+    errors = errors_against_float64(variant, "cpu", True, monkeypatch)
+    assert_as_accurate(*errors, *TOLERANCE["bf16"], ratio=2.0)
+
+
+@pytest.mark.cuda
+def test_compiled_attention_on_cuda_computes_what_the_eager_code_does(monkeypatch):
+    """The Triton kernels of `train.compile` / `decode.compile`, training and search, in float64."""
+    assert_compiled_attention_equals_eager("cuda", monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.usefixtures("fp32_is_fp32")
+@pytest.mark.parametrize("family", SEARCH_FAMILIES[:2], ids=lambda f: f["decoder"])
+def test_search_on_cuda_is_batch_invariant(family: dict) -> None:
+    assert_search_is_batch_invariant(random_model(2, **family).cuda(), "cuda")
+
+
+@pytest.mark.cuda
+def test_bf16_training_on_cuda_stays_finite_and_resumes_exactly(workdir):  # noqa: F811 (the fixture)
+    """200 updates in bf16 autocast from pinned-memory batches, validated (loss and greedy-search BLEU) every
+    100; a run stopped after 150 resumes from step 100's checkpoint to the same weights, bit for bit."""
+    on_gpu = ("train.device=cuda", "train.precision=bf16", "train.max_steps=200", "train.validate_every=100")
+    settings = (*on_gpu, "train.log_every=20")
+    reference = train_module.train(config_of(workdir, *settings, "train.run_dir=reference"))
+    config = config_of(workdir, *settings, "train.run_dir=resumed")
+    train_module.train(config, stop_after=150)  # updates 101-150 are lost: no checkpoint after step 100
+    assert load_checkpoint(config.run_dir / "checkpoints" / "latest.pt")["step"] == 100
+    resumed = train_module.train(config)
+
+    logged = [r for r in metrics(reference) if "loss" in r]
+    losses = [r["loss"] for r in logged]
+    assert len(losses) == 10 and all(math.isfinite(loss) for loss in losses)
+    assert logged[-1]["skipped"] == 0
+    assert sum(losses[-3:]) < 0.8 * sum(losses[:3])  # it learns
+    assert [r["loss"] for r in metrics(resumed) if "loss" in r] == losses
+    want, got = (parameters(run / "checkpoints" / "latest.pt") for run in (reference, resumed))
+    assert all(torch.isfinite(value).all() for value in want.values())
+    diverged = [name for name, value in want.items() if not torch.equal(got[name], value)]
+    assert not diverged, f"the resumed run's weights differ: {diverged}"
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_torchrun_one_process_with_nccl(workdir):  # noqa: F811 (the fixture)
+    ddp_train(workdir, 1, "nccl", "train.device=cuda")
+
+
+# Runs a module (`-m` style) or a script as on a GPU image that lacks `datasets` and `hypothesis`: importing
+# them fails.
+ON_GPU_IMAGE = textwrap.dedent(
+    """
+    import runpy, sys
+
+    class Absent:
+        def find_spec(self, name, path=None, target=None):
+            if name.partition(".")[0] in ("datasets", "hypothesis"):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    sys.meta_path.insert(0, Absent())
+    target = sys.argv.pop(1)
+    sys.argv[0] = target
+    if target.endswith(".py"):
+        runpy.run_path(target, run_name="__main__")
+    else:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+    """
+)
+ROOT = Path(__file__).resolve().parent.parent
+TINY_SYNTHETIC = """
+name: tiny
+data:
+  source: {source}
+  dir: data
+  synthetic: {{train_size: 60, valid_size: 8, test_size: 8, vocab_size: 100, irregular_words: 5,
+              max_words: 8}}
+  huggingface: {{name: wmt14, config: fr-en}}
+"""
+
+
+def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", ON_GPU_IMAGE, target, *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis(tmp_path):
+    """Only `data.source: huggingface` needs `datasets`, and it says so in one line; everything else, and
+    this file's tests, import and run without it (and without hypothesis, a test dependency)."""
+    scripts = [str(ROOT / "scripts" / name) for name in ("reproduce.py", "bench_step.py")]
+    for target in ("seq2seq_attn", *scripts):
+        result = on_gpu_image(target, "--help")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert "usage" in result.stdout.lower()
+
+    for source in ("synthetic", "huggingface"):
+        (tmp_path / f"{source}.yaml").write_text(TINY_SYNTHETIC.format(source=source))
+    result = on_gpu_image("seq2seq_attn", "data", "prepare", str(tmp_path / "synthetic.yaml"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len((tmp_path / "data" / "train.src").read_text().splitlines()) == 60
+    result = on_gpu_image("seq2seq_attn", "data", "prepare", str(tmp_path / "huggingface.yaml"))
+    assert result.returncode == 2
+    assert "needs the `datasets` package" in result.stderr and "Traceback" not in result.stderr
+
+    pytest_args = ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+    result = on_gpu_image("pytest", *pytest_args, "--rootdir", str(ROOT), __file__)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "test_torchrun_one_process_with_nccl" in result.stdout

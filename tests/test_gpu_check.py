@@ -1,0 +1,67 @@
+"""scripts/gpu_check.sh in its CPU mode (`--device cpu --quick`): every stage runs the command it runs on a
+GPU, at tiny sizes, and the summary accounts for each stage and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+
+
+def gpu_check(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run([str(SCRIPT), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_quick_cpu_check_runs_every_stage_and_summarises_it(tmp_path):
+    out = tmp_path / "check"
+    result = gpu_check(str(out), "--device", "cpu", "--quick", "--work", str(tmp_path / "work"))
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["passed"] and summary["device"] == "cpu" and summary["quick"]
+    statuses = {stage["stage"]: stage["status"] for stage in summary["stages"]}
+    assert statuses.pop("tests") == "skipped"  # they need a CUDA device
+    assert statuses == dict.fromkeys(["env", "bench-small", "bench-paper", "demo"], "passed")
+    assert all(stage["seconds"] <= stage["limit_s"] for stage in summary["stages"])
+    missing = [name for name, present in summary["outputs"].items() if not present]
+    assert not missing
+    tests = summary["tests"]
+    assert tests["tests"] == tests["skipped"] > 0 and tests["failures"] == tests["errors"] == 0
+
+    assert json.loads((out / "env" / "torch.json").read_text())["cuda_available"] is False
+    configs = ["small_rnnencdec", "small_luong", "small_rnnsearch", "rnnsearch50"]
+    for config in configs:
+        rows = json.loads((out / "bench" / f"{config}.json").read_text())["rows"]
+        assert [row["precision"] for row in rows] == ["fp32", "bf16"]
+        assert all(row["train_ms"] > 0 and row["beam_sentences_per_s"] > 0 for row in rows)
+
+    by_length = json.loads((out / "demo" / "by_length.json").read_text())
+    assert [system["label"] for system in by_length["systems"]] == ["RNNsearch", "RNNencdec"]
+    for label in ("RNNsearch", "RNNencdec"):
+        logged = (out / "demo" / "runs" / label / "metrics.jsonl").read_text().splitlines()
+        assert json.loads(logged[-1])["step"] == 10
+    text = (out / "summary.md").read_text()
+    assert "| demo | passed |" in text and "## bench/rnnsearch50.md" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "usage"),
+        (("out", "--device", "tpu"), "--device must be cuda or cpu"),
+        (("out", "--fast"), "--fast"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
+    result = gpu_check(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert not (tmp_path / "out").exists()
