@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from seq2seq_attn.config import Config, load_config
-from seq2seq_attn.evaluate import render
 from seq2seq_attn.io import read_lines, write_text
+from seq2seq_attn.report import render
 
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
 

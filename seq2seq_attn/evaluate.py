@@ -1,5 +1,8 @@
 """BLEU and chrF of one or more systems, overall and by sentence length (Bahdanau et al. 2014, Fig. 2).
 
+This module computes the report (inputs, buckets, scores); `bootstrap` resamples the sentences and
+`report` renders the result as text, markdown, CSV or JSON.
+
 Scores always come from sacrebleu, which tokenises detokenised text itself, so they are comparable with
 published numbers; the signatures reported with them say exactly how they were computed.
 
@@ -44,9 +47,6 @@ the interval bounds are null when resamples is 0.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -56,14 +56,13 @@ from typing import Any
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
+from .bootstrap import CONFIDENCE, confidence_intervals, sentence_stats
 from .config import EvalConfig
 from .errors import UserError
 from .io import read_lines
 
 REPORT_FORMAT = "seq2seq-attn eval report"
 REPORT_VERSION = 1
-CONFIDENCE = 0.95
-MAX_DRAWS = 1 << 22  # sentence draws held in memory at once by the bootstrap (~32 MiB of int64)
 
 
 @dataclass(frozen=True)
@@ -176,64 +175,6 @@ def word_counts(lines: Sequence[str]) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------------------------
 # scores
-
-
-def sentence_stats(metric: BLEU | CHRF, hypotheses: Sequence[str]) -> np.ndarray:
-    """Per-sentence sufficient statistics, (sentences, k), against the references cached in `metric`.
-
-    `_extract_corpus_statistics` is the hook sacrebleu's own significance tests use for this. The tests
-    check that summed rows reproduce `corpus_bleu` and `corpus_chrf`, so a change in sacrebleu fails a
-    test rather than silently changing scores. BLEU's row is [hyp_len, ref_len, matches_1..4, totals_1..4].
-    """
-    return np.asarray(metric._extract_corpus_statistics(list(hypotheses), None), dtype=np.int64)
-
-
-def bleu_scores(stats: np.ndarray, max_order: int = 4) -> np.ndarray:
-    """Corpus BLEU of each row of summed BLEU statistics (rows, 2 + 2*max_order), as sacrebleu's default.
-
-    BLEU = BP * exp(mean_n log p_n), BP = min(1, exp(1 - r/c)) (Papineni et al. 2002). Smoothing is
-    sacrebleu's default "exp" (NIST mteval-v13a): the k-th order with no match gets p_n = 1 / (2^k total_n).
-    """
-    hyp_len, ref_len = stats[:, 0], stats[:, 1]  # (rows,)
-    matches, totals = stats[:, 2 : 2 + max_order], stats[:, 2 + max_order :]  # (rows, max_order)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        brevity = np.where(hyp_len >= ref_len, 1.0, np.exp(1 - ref_len / hyp_len))  # exp(-inf) = 0 if c = 0
-        unmatched = matches == 0
-        halvings = np.cumsum(unmatched, axis=1)
-        precision = np.where(unmatched, 100.0 / (2.0**halvings * totals), 100.0 * matches / totals)
-        score = brevity * np.exp(np.log(precision).sum(axis=1) / max_order)
-    defined = (totals > 0).all(axis=1) & (~unmatched).any(axis=1)  # sacrebleu scores 0 otherwise
-    return np.where(defined, score, 0.0)
-
-
-def bootstrap_bleu(stats: Sequence[np.ndarray], resamples: int, seed: Sequence[int]) -> list[np.ndarray]:
-    """BLEU of each system on the same `resamples` resamples, with replacement, of the sentences.
-
-    stats: one (sentences, 10) BLEU statistics array per system, rows aligned across systems.
-    """
-    count = len(stats[0])
-    rng = np.random.default_rng(list(seed))
-    chunk = max(1, MAX_DRAWS // count)
-    scores: list[list[np.ndarray]] = [[] for _ in stats]
-    for start in range(0, resamples, chunk):
-        size = min(chunk, resamples - start)
-        draws = rng.integers(0, count, size=(size, count))  # (size, sentences): drawn sentence ids
-        flat = (draws + count * np.arange(size)[:, None]).ravel()
-        times = np.bincount(flat, minlength=size * count).reshape(size, count).astype(np.float64)
-        for system_scores, system_stats in zip(scores, stats, strict=True):
-            system_scores.append(bleu_scores(times @ system_stats))  # (size, 10) summed -> (size,)
-    return [np.concatenate(system_scores) for system_scores in scores]
-
-
-def confidence_intervals(
-    stats: Sequence[np.ndarray], resamples: int, seed: Sequence[int]
-) -> list[tuple[float | None, float | None]]:
-    """Percentile bootstrap interval of BLEU for each system; (None, None) if empty or no resamples."""
-    if resamples == 0 or len(stats[0]) == 0:
-        return [(None, None) for _ in stats]
-    tail = 100 * (1 - CONFIDENCE) / 2
-    bounds = [np.percentile(scores, [tail, 100 - tail]) for scores in bootstrap_bleu(stats, resamples, seed)]
-    return [(float(low), float(high)) for low, high in bounds]
 
 
 def score_row(
@@ -376,120 +317,3 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
                 f"system label {label!r} appears in more than one report: relabel with `seq2seq eval --label`"
             )
     return merged
-
-
-# ----------------------------------------------------------------------------------------------------------
-# rendering
-
-COLUMNS = ("system", "bucket", "count", "BLEU", "95% CI", "chrF", "BP", "ratio")
-
-
-def _number(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def table_rows(report: dict[str, Any]) -> list[list[str]]:
-    """Formatted cells, one list per system and bucket ("all" first); '*' marks a count below the minimum."""
-    cells = []
-    for system in report["systems"]:
-        for row in system["rows"]:
-            interval = "-" if row["ci_low"] is None else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-            cells.append(
-                [
-                    system["label"],
-                    row["bucket"],
-                    f"{row['count']}{'*' if row['few'] else ''}",
-                    _number(row["bleu"], 2),
-                    interval,
-                    _number(row["chrf"], 2),
-                    _number(row["bp"], 3),
-                    _number(row["ratio"], 3),
-                ]
-            )
-    return cells
-
-
-def notes(report: dict[str, Any]) -> list[str]:
-    """The lines that say how the numbers were computed."""
-    lines = [
-        f"BLEU signature: {report['signatures']['bleu']}",
-        f"chrF signature: {report['signatures']['chrf']}",
-    ]
-    if report["bucket_by"]:
-        lines.append(
-            f"Buckets: {report['bucket_by']} length in words, [low, high): a 10-word sentence is in "
-            "10-20 when edges are 0,10,20,..."
-        )
-    boot = report["bootstrap"]
-    if boot["resamples"]:
-        lines.append(
-            f"95% CI: {boot['method']} bootstrap of BLEU, {boot['resamples']} resamples, seed {boot['seed']}."
-        )
-    if any(row["few"] for system in report["systems"] for row in system["rows"]):
-        lines.append(f"* fewer than {report['min_bucket_size']} sentences: unreliable.")
-    return lines
-
-
-def render_text(report: dict[str, Any]) -> str:
-    cells = table_rows(report)
-    widths = [max(len(row[i]) for row in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = [
-            cell.ljust(w) if i < 2 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    table = [line(COLUMNS), line(["-" * w for w in widths])] + [line(row) for row in cells]
-    return "\n".join([*notes(report), "", *table]) + "\n"
-
-
-def render_markdown(report: dict[str, Any]) -> str:
-    table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "--:|" * (len(COLUMNS) - 2)]
-    table += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
-    return "\n".join([line + "  " for line in notes(report)] + ["", *table]) + "\n"
-
-
-CSV_FIELDS = (
-    "system",
-    "bucket",
-    "low",
-    "high",
-    "count",
-    "bleu",
-    "ci_low",
-    "ci_high",
-    "chrf",
-    "bp",
-    "ratio",
-    "hyp_len",
-    "ref_len",
-    "few",
-)
-
-
-def render_csv(report: dict[str, Any]) -> str:
-    bounds = {bucket["label"]: bucket for bucket in report["buckets"]}
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for system in report["systems"]:
-        for row in system["rows"]:
-            bucket = bounds.get(row["bucket"], {})
-            writer.writerow(
-                {**row, "system": system["label"], "low": bucket.get("low"), "high": bucket.get("high")}
-            )
-    return out.getvalue()
-
-
-def render_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-
-
-RENDERERS = {"text": render_text, "json": render_json, "csv": render_csv, "markdown": render_markdown}
-
-
-def render(report: dict[str, Any], fmt: str) -> str:
-    """The report as text, json, csv or markdown."""
-    return RENDERERS[fmt](report)

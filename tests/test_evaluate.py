@@ -14,22 +14,21 @@ import sacrebleu
 from sacrebleu.metrics import BLEU
 from typer.testing import CliRunner
 
+from seq2seq_attn.bootstrap import bleu_scores, sentence_stats
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluate import (
     System,
-    bleu_scores,
     bucket_index,
     bucket_labels,
     check_edges,
     evaluate,
     merge_reports,
     parse_edges,
-    render,
-    sentence_stats,
 )
 from seq2seq_attn.plots import curve_figure, save_curve
+from seq2seq_attn.report import render
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 VOCAB = [f"w{i}" for i in range(300)]

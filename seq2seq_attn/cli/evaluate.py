@@ -14,8 +14,9 @@ import typer
 from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
-from ..evaluate import System, evaluate, load_systems, merge_reports, parse_edges, read_text, render
+from ..evaluate import System, evaluate, load_systems, merge_reports, parse_edges, read_text
 from ..io import check_writable, read_json, write_text
+from ..report import render
 
 DEFAULTS = EvalConfig()
 
