@@ -63,12 +63,48 @@ def bootstrap_bleu(stats: Sequence[np.ndarray], resamples: int, seed: Sequence[i
     return [np.concatenate(system_scores) for system_scores in scores]
 
 
-def confidence_intervals(
-    stats: Sequence[np.ndarray], resamples: int, seed: Sequence[int]
-) -> list[tuple[float | None, float | None]]:
-    """Percentile bootstrap interval of BLEU for each system; (None, None) if empty or no resamples."""
-    if resamples == 0 or len(stats[0]) == 0:
-        return [(None, None) for _ in stats]
+def percentile_interval(scores: np.ndarray) -> tuple[float, float]:
+    """The central CONFIDENCE share of resampled scores: its (low, high) percentiles."""
     tail = 100 * (1 - CONFIDENCE) / 2
-    bounds = [np.percentile(scores, [tail, 100 - tail]) for scores in bootstrap_bleu(stats, resamples, seed)]
-    return [(float(low), float(high)) for low, high in bounds]
+    low, high = np.percentile(scores, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# paired significance tests, as sacrebleu's `--paired-bs` and `--paired-ar`
+
+ALPHA = 0.05  # a difference with a p-value below this is marked significant
+TESTS = ("paired-bs", "paired-ar")
+
+
+def p_value(null: np.ndarray, observed: float) -> float:
+    """(#{null statistic > observed} + 1) / (n + 1), sacrebleu's (and multeval's) estimate."""
+    return (int(np.count_nonzero(null > observed)) + 1) / (len(null) + 1)
+
+
+def paired_bootstrap_p(differences: np.ndarray, observed: float) -> float:
+    """sacrebleu's paired-bs p-value: resampled |BLEU(a) - BLEU(b)|, centred on its mean, is the null.
+
+    differences: BLEU(a) - BLEU(b) on each paired resample (the same sentences for both systems);
+    observed: the difference on the real data.
+    """
+    absolute = np.abs(differences)
+    return p_value(absolute - absolute.mean(), abs(observed))
+
+
+def randomization_p(stats_a: np.ndarray, stats_b: np.ndarray, observed: float, trials: int, seed) -> float:
+    """sacrebleu's paired-ar p-value: each trial swaps each sentence's two outputs with probability 1/2.
+
+    stats_a, stats_b: (sentences, 10) BLEU statistics of the two systems, rows aligned.
+    """
+    count = len(stats_a)
+    rng = np.random.default_rng(list(seed))
+    chunk = max(1, MAX_DRAWS // count)
+    null = []
+    for start in range(0, trials, chunk):
+        swap = rng.integers(0, 2, size=(min(chunk, trials - start), count)).astype(np.float64)  # (size, n)
+        keep = 1.0 - swap
+        shuffled_a = bleu_scores(keep @ stats_a + swap @ stats_b)  # (size,)
+        shuffled_b = bleu_scores(swap @ stats_a + keep @ stats_b)
+        null.append(np.abs(shuffled_a - shuffled_b))
+    return p_value(np.concatenate(null), abs(observed))

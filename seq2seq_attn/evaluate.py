@@ -12,37 +12,17 @@ the reference with bucket_by="reference"). Edges [0, 10, 20, ..., 60] define hal
 [60, inf) is labelled "60+". Empty buckets are kept (count 0, scores null); buckets with fewer than
 min_bucket_size sentences are kept and flagged ("few": true), never hidden.
 
-Confidence intervals. sacrebleu's per-sentence sufficient statistics (hypothesis and reference
-lengths, n-gram matches and totals) are extracted once. A bootstrap resample of a bucket is then a
-count-weighted sum of those rows, and corpus BLEU of all resamples is recomputed at once with numpy.
-The 95% interval is the 2.5th-97.5th percentile of the resampled BLEU. Each bucket draws its resamples
-from numpy's Generator seeded with (seed, bucket number: 0 for "all", 1.. for the buckets), and all
-systems share them (a paired bootstrap), so a system's interval does not depend on which other systems
-are in the report, and the same inputs and seed give byte-identical reports.
+Subsets. Every sentence is scored ("all"), and each extra subset gets the same rows: Table 1 of
+Bahdanau et al. also scores the sentences without unknown words ("no UNK": every source and reference
+word in the shortlist of the word-vocabulary runs, see `shortlist_subset`).
 
-The report (returned by `evaluate`, saved as JSON; its layout is stable and versioned):
+Confidence intervals. The 95% interval is the 2.5th-97.5th percentile of BLEU over bootstrap
+resamples of the sentences (see `bootstrap`). Each bucket of each subset draws its resamples from
+numpy's Generator seeded with (seed, subset number, bucket number: 0 for "all", 1.. for the buckets),
+and all systems share them (a paired bootstrap), so a system's interval does not depend on which other
+systems are in the report, and the same inputs and seed give byte-identical reports.
 
-    {
-      "format": "seq2seq-attn eval report", "version": 1,
-      "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|...", "chrf": "nrefs:1|..."},
-      "references": "test.fr", "sources": "test.en" or null,
-      "bucket_by": "source" | "reference" | null (not bucketed),
-      "edges": [0, 10, 20, 30, 40, 50, 60] ([] when not bucketed),
-      "buckets": [{"label": "0-10", "low": 0, "high": 10}, ..., {"label": "60+", "low": 60, "high": null}],
-      "bootstrap": {"resamples": 1000, "seed": 12345, "confidence": 0.95, "method": "paired percentile"},
-      "min_bucket_size": 30,
-      "systems": [
-        {"label": "RNNsearch-50", "hypotheses": "rnnsearch.txt" or null,
-         "rows": [{"bucket": "all", "count": 3000, "bleu": 26.7, "ci_low": 26.1, "ci_high": 27.4,
-                   "chrf": 55.2, "bp": 0.98, "ratio": 0.98, "hyp_len": 70510, "ref_len": 71950,
-                   "few": false},
-                  ... one row per bucket, in edge order, "bucket" being its label]}
-      ]
-    }
-
-BLEU, chrF and the interval bounds are on sacrebleu's 0-100 scale; "ratio" is hypothesis/reference
-length and "bp" the brevity penalty, both in sacrebleu tokens. Scores of an empty bucket are null, and
-the interval bounds are null when resamples is 0.
+The report (returned by `evaluate`, saved as JSON) has a stable, versioned layout: docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -51,18 +31,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
-from .bootstrap import CONFIDENCE, confidence_intervals, sentence_stats
+from .bootstrap import CONFIDENCE, bootstrap_bleu, percentile_interval, sentence_stats
 from .config import EvalConfig
 from .errors import UserError
 from .io import read_lines
 
+if TYPE_CHECKING:
+    from .vocab import Vocab
+
 REPORT_FORMAT = "seq2seq-attn eval report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -177,18 +160,100 @@ def word_counts(lines: Sequence[str]) -> np.ndarray:
 # scores
 
 
+# ----------------------------------------------------------------------------------------------------------
+# sentence subsets
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A named set of sentences scored as its own rows (overall and by length), e.g. Table 1's "no UNK"."""
+
+    name: str
+    definition: str  # for readers of the report: which sentences are in it
+    members: np.ndarray  # (sentences in the subset,) ascending sentence ids
+
+
+NO_UNK = "no UNK"
+
+
+def shortlist_subset(
+    vocabs: Sequence[tuple[str, Vocab]], sources: Sequence[str], references: Sequence[str]
+) -> Subset:
+    """Table 1's "no UNK" sentences: every source word and every reference word is in the shortlist of
+    each of the word-vocabulary runs `vocabs` ((run label, its vocabulary) pairs), so that all systems are
+    scored on the same sentences."""
+    covered = np.ones(len(references), dtype=bool)
+    for _, vocab in vocabs:
+        for ids_of_lines in (vocab.encode_src(sources), vocab.encode_tgt(references)):
+            covered &= np.array([vocab.unk_id not in ids for ids in ids_of_lines], dtype=bool)
+    names = ", ".join(label for label, _ in vocabs)
+    definition = f"sentences whose source and reference words are all in the shortlist of {names}"
+    return Subset(NO_UNK, definition, np.flatnonzero(covered))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# scores
+
+
+class Scorers:
+    """sacrebleu's metrics with the references cached: BLEU and chrF as sacrebleu computes them by default,
+    and optionally BLEU on Moses-tokenised text (the multi-bleu.perl setting the paper reported)."""
+
+    def __init__(self, references: Sequence[str], moses_lang: str | None = None) -> None:
+        self.moses_lang = moses_lang
+        self.metrics: dict[str, BLEU | CHRF] = {
+            "bleu": BLEU(references=[list(references)]),
+            "chrf": CHRF(references=[list(references)]),
+        }
+        if moses_lang:
+            tokenized = moses_tokenize(references, moses_lang)
+            self.metrics["bleu_moses"] = BLEU(
+                references=[tokenized], tokenize="none", smooth_method="none", force=True
+            )
+
+    def stats(self, hypotheses: Sequence[str]) -> dict[str, np.ndarray]:
+        """Per-sentence sufficient statistics of each metric, (sentences, k) each."""
+        tokenized = moses_tokenize(hypotheses, self.moses_lang) if self.moses_lang else None
+        return {
+            name: sentence_stats(metric, tokenized if name == "bleu_moses" else hypotheses)
+            for name, metric in self.metrics.items()
+        }
+
+    def score(self, name: str, stats: np.ndarray):
+        """sacrebleu's corpus score from summed statistics rows."""
+        return self.metrics[name]._compute_score_from_stats(stats.sum(axis=0).tolist())
+
+    def signatures(self) -> dict[str, str | None]:
+        """How each score was computed; "bleu_moses" is null when Moses BLEU was not asked for."""
+        found = {name: metric.get_signature().format() for name, metric in self.metrics.items()}
+        moses = found.get("bleu_moses")
+        return {
+            "bleu": found["bleu"],
+            "chrf": found["chrf"],
+            "bleu_moses": f"moses-tokenizer:{self.moses_lang}|{moses}" if moses else None,
+        }
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """The Moses tokenizer (sacremoses, as tokenizer.perl -l LANG -no-escape) applied to each line."""
+    from sacremoses import MosesTokenizer  # only when Moses BLEU is asked for
+
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
+
+
 def score_row(
+    subset: str,
     bucket: str,
-    bleu: BLEU,
-    chrf: CHRF,
-    bleu_stats: np.ndarray,
-    chrf_stats: np.ndarray,
+    scorers: Scorers,
+    stats: dict[str, np.ndarray],
     interval: tuple[float | None, float | None],
     min_bucket_size: int,
 ) -> dict[str, Any]:
-    """One report row: sacrebleu's corpus scores of exactly these sentences."""
-    count = len(bleu_stats)
+    """One report row: sacrebleu's corpus scores of exactly these sentences (`stats`: their rows)."""
+    count = len(stats["bleu"])
     row: dict[str, Any] = {
+        "subset": subset,
         "bucket": bucket,
         "count": count,
         "bleu": None,
@@ -199,19 +264,33 @@ def score_row(
         "ratio": None,
         "hyp_len": 0,
         "ref_len": 0,
+        "bleu_moses": None,
         "few": count < min_bucket_size,
     }
     if count:
-        score = bleu._compute_score_from_stats(bleu_stats.sum(axis=0).tolist())
+        bleu = scorers.score("bleu", stats["bleu"])
         row.update(
-            bleu=float(score.score),
-            chrf=float(chrf._compute_score_from_stats(chrf_stats.sum(axis=0).tolist()).score),
-            bp=float(score.bp),
-            ratio=float(score.ratio),
-            hyp_len=int(score.sys_len),
-            ref_len=int(score.ref_len),
+            bleu=float(bleu.score),
+            chrf=float(scorers.score("chrf", stats["chrf"]).score),
+            bp=float(bleu.bp),
+            ratio=float(bleu.ratio),
+            hyp_len=int(bleu.sys_len),
+            ref_len=int(bleu.ref_len),
         )
+        if "bleu_moses" in stats:
+            row["bleu_moses"] = float(scorers.score("bleu_moses", stats["bleu_moses"]).score)
     return row
+
+
+def groups(subset: Subset, buckets: np.ndarray | None, labels: Sequence[str]) -> list[tuple[str, np.ndarray]]:
+    """("all", the subset's sentences), then (bucket label, its sentences in the subset) per bucket.
+
+    buckets: (sentences,) bucket number of every sentence, None when not bucketed.
+    """
+    members = subset.members
+    if buckets is None:
+        return [("all", members)]
+    return [("all", members)] + [(label, members[buckets[members] == i]) for i, label in enumerate(labels)]
 
 
 def evaluate(
@@ -223,53 +302,53 @@ def evaluate(
     config: EvalConfig | None = None,
     references_path: str = "",
     sources_path: str = "",
+    subsets: Sequence[Subset] = (),
+    moses_lang: str | None = None,
 ) -> dict[str, Any]:
-    """Score every system overall and, with `by_length`, per length bucket; returns the report (see top)."""
+    """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
+    length bucket; returns the report (see top)."""
     config = config or EvalConfig()
     _check_inputs(systems, references, sources, references_path, sources_path)
-    groups = [("all", np.arange(len(references)))]
     edges: list[int] = []
+    buckets = None
     if by_length:
         edges = check_edges(config.buckets)
         if config.bucket_by == "source" and sources is None:
             raise UserError(
                 "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
             )
-        lengths = word_counts(sources if config.bucket_by == "source" else references)
-        index = bucket_index(lengths, edges)
-        groups += [
-            (bucket["label"], np.flatnonzero(index == i)) for i, bucket in enumerate(bucket_labels(edges))
-        ]
+        buckets = bucket_index(word_counts(sources if config.bucket_by == "source" else references), edges)
+    labels = [bucket["label"] for bucket in bucket_labels(edges)] if edges else []
+    every = Subset("all", "every sentence", np.arange(len(references)))
 
-    bleu, chrf = BLEU(references=[list(references)]), CHRF(references=[list(references)])
-    bleu_stats = [sentence_stats(bleu, system.hypotheses) for system in systems]  # each (sentences, 10)
-    chrf_stats = [sentence_stats(chrf, system.hypotheses) for system in systems]  # each (sentences, 18)
+    scorers = Scorers(references, moses_lang)
+    stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     rows: list[list[dict[str, Any]]] = [[] for _ in systems]
-    for number, (label, members) in enumerate(groups):
-        intervals = confidence_intervals(
-            [stats[members] for stats in bleu_stats], config.bootstrap, (config.seed, number)
-        )
-        for i, interval in enumerate(intervals):
-            rows[i].append(
-                score_row(
-                    label,
-                    bleu,
-                    chrf,
-                    bleu_stats[i][members],
-                    chrf_stats[i][members],
-                    interval,
-                    config.min_bucket_size,
+    for subset_number, subset in enumerate([every, *subsets]):
+        for number, (label, members) in enumerate(groups(subset, buckets, labels)):
+            resampled = None
+            if config.bootstrap and len(members):
+                seed = (config.seed, subset_number, number)
+                resampled = bootstrap_bleu([s["bleu"][members] for s in stats], config.bootstrap, seed)
+            for i, system_stats in enumerate(stats):
+                interval = percentile_interval(resampled[i]) if resampled else (None, None)
+                sliced = {name: values[members] for name, values in system_stats.items()}
+                rows[i].append(
+                    score_row(subset.name, label, scorers, sliced, interval, config.min_bucket_size)
                 )
-            )
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
-        "signatures": {"bleu": bleu.get_signature().format(), "chrf": chrf.get_signature().format()},
+        "signatures": scorers.signatures(),
         "references": references_path or None,
         "sources": sources_path or None,
         "bucket_by": config.bucket_by if by_length else None,
         "edges": edges,
         "buckets": bucket_labels(edges) if edges else [],
+        "subsets": [
+            {"name": subset.name, "definition": subset.definition, "sentences": len(subset.members)}
+            for subset in [every, *subsets]
+        ],
         "bootstrap": {
             "resamples": config.bootstrap,
             "seed": config.seed,

@@ -56,7 +56,7 @@ def curve_figure(report: dict[str, Any]) -> Figure:
     x = np.arange(len(buckets))
     by_bucket = []  # per system: {bucket label: row}
     for system in report["systems"]:
-        rows = {row["bucket"]: row for row in system["rows"]}
+        rows = {row["bucket"]: row for row in system["rows"] if row["subset"] == "all"}
         by_bucket.append(rows)
         ordered = [rows[bucket] for bucket in buckets]
         overall = rows["all"]["bleu"]

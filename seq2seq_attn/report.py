@@ -1,4 +1,8 @@
-"""The evaluation report (see `evaluate`) rendered as text, markdown, CSV or JSON."""
+"""The evaluation report (see `evaluate` and docs/evaluation.md) rendered as text, markdown, CSV or JSON.
+
+Text and markdown show one table per sentence subset (all sentences first, then e.g. "no UNK"); CSV
+holds every row of every table in one long table with a `subset` column.
+"""
 
 from __future__ import annotations
 
@@ -6,42 +10,77 @@ import csv
 import io
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-COLUMNS = ("system", "bucket", "count", "BLEU", "95% CI", "chrF", "BP", "ratio")
+SCORE_COLUMNS = ("system", "bucket", "count", "BLEU", "95% CI", "chrF", "BP", "ratio")
+MOSES_COLUMN = "BLEU-moses"  # BLEU on Moses-tokenised text, as multi-bleu.perl computed it
+
+
+@dataclass(frozen=True)
+class Table:
+    """Formatted cells under a title ("" for the main table); the first `left` columns are names."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[list[str]]
+    left: int
 
 
 def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def table_rows(report: dict[str, Any]) -> list[list[str]]:
-    """Formatted cells, one list per system and bucket ("all" first); '*' marks a count below the minimum."""
-    cells = []
-    for system in report["systems"]:
-        for row in system["rows"]:
-            interval = "-" if row["ci_low"] is None else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-            cells.append(
-                [
-                    system["label"],
-                    row["bucket"],
-                    f"{row['count']}{'*' if row['few'] else ''}",
-                    _number(row["bleu"], 2),
-                    interval,
-                    _number(row["chrf"], 2),
-                    _number(row["bp"], 3),
-                    _number(row["ratio"], 3),
-                ]
-            )
-    return cells
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None else f"[{low:.2f}, {high:.2f}]"
+
+
+def subset_rows(report: dict[str, Any], subset: str) -> list[tuple[str, dict[str, Any]]]:
+    """(system label, row) of every system's rows in `subset`, systems in report order."""
+    return [
+        (system["label"], row)
+        for system in report["systems"]
+        for row in system["rows"]
+        if row["subset"] == subset
+    ]
+
+
+def score_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
+    """BLEU, its interval, chrF, BP and length ratio per system and bucket ("all" first) of one subset;
+    '*' marks a count below the minimum."""
+    moses = report["signatures"]["bleu_moses"] is not None
+    rows = []
+    for label, row in subset_rows(report, subset["name"]):
+        cells = [
+            label,
+            row["bucket"],
+            f"{row['count']}{'*' if row['few'] else ''}",
+            _number(row["bleu"], 2),
+            _interval(row["ci_low"], row["ci_high"]),
+            _number(row["chrf"], 2),
+            _number(row["bp"], 3),
+            _number(row["ratio"], 3),
+        ]
+        rows.append(cells + ([_number(row["bleu_moses"], 2)] if moses else []))
+    title = (
+        "" if subset["name"] == "all" else f"{subset['name']}: {subset['sentences']} {subset['definition']}"
+    )
+    return Table(title, SCORE_COLUMNS + ((MOSES_COLUMN,) if moses else ()), rows, left=2)
+
+
+def tables(report: dict[str, Any]) -> list[Table]:
+    return [score_table(report, subset) for subset in report["subsets"]]
 
 
 def notes(report: dict[str, Any]) -> list[str]:
     """The lines that say how the numbers were computed."""
-    lines = [
-        f"BLEU signature: {report['signatures']['bleu']}",
-        f"chrF signature: {report['signatures']['chrf']}",
-    ]
+    signatures = report["signatures"]
+    lines = [f"BLEU signature: {signatures['bleu']}", f"chrF signature: {signatures['chrf']}"]
+    if signatures["bleu_moses"]:
+        lines.append(
+            f"{MOSES_COLUMN}: BLEU of Moses-tokenised text with no further tokenisation and no smoothing "
+            f"(the multi-bleu.perl setting), signature: {signatures['bleu_moses']}"
+        )
     if report["bucket_by"]:
         lines.append(
             f"Buckets: {report['bucket_by']} length in words, [low, high): a 10-word sentence is in "
@@ -57,25 +96,40 @@ def notes(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_text(report: dict[str, Any]) -> str:
-    cells = table_rows(report)
-    widths = [max(len(row[i]) for row in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
+def _text_table(table: Table) -> list[str]:
+    widths = [
+        max(len(row[i]) for row in [list(table.columns), *table.rows]) for i in range(len(table.columns))
+    ]
 
     def line(row: Sequence[str]) -> str:
         cells = [
-            cell.ljust(w) if i < 2 else cell.rjust(w)
+            cell.ljust(w) if i < table.left else cell.rjust(w)
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ]
         return "  ".join(cells).rstrip()
 
-    table = [line(COLUMNS), line(["-" * w for w in widths])] + [line(row) for row in cells]
-    return "\n".join([*notes(report), "", *table]) + "\n"
+    lines = [line(table.columns), line(["-" * w for w in widths])] + [line(row) for row in table.rows]
+    return ([table.title, ""] if table.title else []) + lines
+
+
+def _markdown_table(table: Table) -> list[str]:
+    lines = [
+        "| " + " | ".join(table.columns) + " |",
+        "|" + "---|" * table.left + "--:|" * (len(table.columns) - table.left),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+    return ([f"**{table.title}**", ""] if table.title else []) + lines
+
+
+def render_text(report: dict[str, Any]) -> str:
+    blocks = [_text_table(table) for table in tables(report)]
+    return "\n".join([*notes(report), *(line for block in blocks for line in ["", *block])]) + "\n"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "--:|" * (len(COLUMNS) - 2)]
-    table += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
-    return "\n".join([line + "  " for line in notes(report)] + ["", *table]) + "\n"
+    blocks = [_markdown_table(table) for table in tables(report)]
+    lines = [line + "  " for line in notes(report)]
+    return "\n".join([*lines, *(line for block in blocks for line in ["", *block])]) + "\n"
 
 
 CSV_FIELDS = (
@@ -93,6 +147,8 @@ CSV_FIELDS = (
     "hyp_len",
     "ref_len",
     "few",
+    "subset",
+    "bleu_moses",
 )
 
 

@@ -183,15 +183,20 @@ def test_multi_system_report_schema_and_renderings():
         "bucket_by",
         "edges",
         "buckets",
+        "subsets",
         "bootstrap",
         "min_bucket_size",
         "systems",
+    ]
+    assert report["version"] == 2 and report["subsets"] == [
+        {"name": "all", "definition": "every sentence", "sentences": 120}
     ]
     assert report["edges"] == EvalConfig().buckets and report["bootstrap"]["seed"] == EvalConfig().seed
     labels = ["all"] + [bucket["label"] for bucket in report["buckets"]]
     for system in report["systems"]:
         assert [row["bucket"] for row in system["rows"]] == labels
         assert set(system["rows"][0]) == {
+            "subset",
             "bucket",
             "count",
             "bleu",
@@ -202,6 +207,7 @@ def test_multi_system_report_schema_and_renderings():
             "ratio",
             "hyp_len",
             "ref_len",
+            "bleu_moses",
             "few",
         }
         assert sum(row["count"] for row in system["rows"][1:]) == system["rows"][0]["count"] == 120

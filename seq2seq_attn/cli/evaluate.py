@@ -7,16 +7,27 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
-from ..evaluate import System, evaluate, load_systems, merge_reports, parse_edges, read_text
+from ..evaluate import (
+    System,
+    evaluate,
+    load_systems,
+    merge_reports,
+    parse_edges,
+    read_text,
+    shortlist_subset,
+)
 from ..io import check_writable, read_json, write_text
 from ..report import render
+
+if TYPE_CHECKING:
+    from ..vocab import Vocab
 
 DEFAULTS = EvalConfig()
 
@@ -97,9 +108,18 @@ def eval_command(
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw BLEU by length (needs --by-length) to this .png/.pdf/.svg file."
     ),
+    moses_bleu: str | None = typer.Option(
+        None,
+        "--moses-bleu",
+        metavar="LANG",
+        help="Also report BLEU-moses: BLEU of text tokenised by the Moses tokenizer for target language "
+        "LANG, with no further tokenisation and no smoothing (the paper's multi-bleu.perl setting).",
+    ),
 ) -> None:
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
-    source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2)."""
+    source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2). A --model
+    run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
+    ("no UNK", Bahdanau et al. 2014, Table 1)."""
     if not hyp and not model:
         raise UserError("give at least one --hyp FILE or --model RUN_DIR")
     if model and src is None:
@@ -128,9 +148,13 @@ def eval_command(
     references = read_text(ref)
     sources = read_text(src) if src is not None else None
     labels = label[len(hyp) :] or [default_model_label(path) for path in model]
+    shortlists = []  # (label, vocabulary) of the word-vocabulary runs
     for run, name in zip(model, labels, strict=True):
         folder = output.parent if output is not None else (run if run.is_dir() else run.parent.parent)
-        systems.append(translate_system(run, name, sources, folder / f"{Path(src).stem}.{name}.hyp"))
+        system, vocab = translate_system(run, name, sources, folder / f"{Path(src).stem}.{name}.hyp")
+        systems.append(system)
+        if vocab.model_type == "word":
+            shortlists.append((name, vocab))
     report = evaluate(
         systems,
         references,
@@ -139,6 +163,8 @@ def eval_command(
         config=config,
         references_path=str(ref),
         sources_path=str(src) if src is not None else "",
+        subsets=[shortlist_subset(shortlists, sources, references)] if shortlists else [],
+        moses_lang=moses_bleu,
     )
     write_outputs(report, fmt.value if fmt else None, output, plot)
 
@@ -147,8 +173,9 @@ def default_model_label(run: Path) -> str:
     return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
 
 
-def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) -> System:
-    """Translate `sources` with a trained run's own decode settings and keep the hypotheses file."""
+def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) -> tuple[System, Vocab]:
+    """Translate `sources` with a trained run's own decode settings and keep the hypotheses file; returns
+    the system and the run's vocabulary."""
     from ..checkpoint import load_trained
     from ..device import resolve_device
     from ..translate import Translator
@@ -159,7 +186,7 @@ def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) 
     hypotheses = [t.texts[0] if t.texts else "" for t in translations]
     write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
     info(f"eval: translated {len(sources)} lines with {run} -> {hyp_path}")
-    return System(label, hypotheses, str(hyp_path))
+    return System(label, hypotheses, str(hyp_path)), vocab
 
 
 def write_outputs(report: dict[str, Any], fmt: str | None, output: Path | None, plot: Path | None) -> None:
