@@ -74,7 +74,6 @@ def percentile_interval(scores: np.ndarray) -> tuple[float, float]:
 # paired significance tests, as sacrebleu's `--paired-bs` and `--paired-ar`
 
 ALPHA = 0.05  # a difference with a p-value below this is marked significant
-TESTS = ("paired-bs", "paired-ar")
 
 
 def p_value(null: np.ndarray, observed: float) -> float:

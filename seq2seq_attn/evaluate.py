@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 
-from .bootstrap import CONFIDENCE, bootstrap_bleu, percentile_interval, sentence_stats
+from .bootstrap import (
+    ALPHA,
+    CONFIDENCE,
+    bootstrap_bleu,
+    paired_bootstrap_p,
+    percentile_interval,
+    randomization_p,
+    sentence_stats,
+)
 from .config import EvalConfig
 from .errors import UserError
 from .io import read_lines
@@ -293,6 +301,71 @@ def groups(subset: Subset, buckets: np.ndarray | None, labels: Sequence[str]) ->
     return [("all", members)] + [(label, members[buckets[members] == i]) for i, label in enumerate(labels)]
 
 
+# ----------------------------------------------------------------------------------------------------------
+# paired comparisons
+
+
+def comparison_pairs(labels: Sequence[str], baseline: str | None) -> list[tuple[int, int]]:
+    """(system, baseline) index pairs: each system against `baseline`, or every pair in report order."""
+    if baseline is None:
+        return [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
+    if baseline not in labels:
+        raise UserError(f"--baseline {baseline!r}: no system has that label (labels: {', '.join(labels)})")
+    base = labels.index(baseline)
+    return [(i, base) for i in range(len(labels)) if i != base]
+
+
+def comparison_row(
+    row: dict[str, Any],
+    baseline_row: dict[str, Any],
+    differences: np.ndarray | None,
+    p: float | None,
+) -> dict[str, Any]:
+    """BLEU(system) - BLEU(baseline) on one bucket, its interval over the paired resamples, the p-value.
+
+    differences: (resamples,) the difference on each paired resample, None without resamples.
+    """
+    delta = None if row["bleu"] is None else row["bleu"] - baseline_row["bleu"]
+    interval = percentile_interval(differences) if differences is not None else (None, None)
+    return {
+        "subset": row["subset"],
+        "bucket": row["bucket"],
+        "count": row["count"],
+        "delta": delta,
+        "ci_low": interval[0],
+        "ci_high": interval[1],
+        "p_value": p,
+        "significant": None if p is None else p < ALPHA,
+    }
+
+
+def compare(
+    pairs: Sequence[tuple[int, int]],
+    rows: Sequence[dict[str, Any]],
+    stats: Sequence[np.ndarray],
+    resampled: list[np.ndarray] | None,
+    config: EvalConfig,
+    seed: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    """One comparison row per pair on one group of sentences.
+
+    rows: each system's score row of the group; stats: each system's (sentences, 10) BLEU statistics of
+    the group; resampled: each system's BLEU on the group's shared resamples (None without resamples).
+    """
+    compared = []
+    for i, j in pairs:
+        differences = p = None
+        if resampled is not None:
+            differences = resampled[i] - resampled[j]
+            delta = rows[i]["bleu"] - rows[j]["bleu"]
+            if config.significance == "paired-bs":
+                p = paired_bootstrap_p(differences, delta)
+            else:  # the randomization trials draw from their own stream of the group's seed
+                p = randomization_p(stats[i], stats[j], delta, config.bootstrap, (*seed, 1))
+        compared.append(comparison_row(rows[i], rows[j], differences, p))
+    return compared
+
+
 def evaluate(
     systems: Sequence[System],
     references: Sequence[str],
@@ -304,9 +377,11 @@ def evaluate(
     sources_path: str = "",
     subsets: Sequence[Subset] = (),
     moses_lang: str | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
-    length bucket; returns the report (see top)."""
+    length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
+    returns the report (see top)."""
     config = config or EvalConfig()
     _check_inputs(systems, references, sources, references_path, sources_path)
     edges: list[int] = []
@@ -321,21 +396,29 @@ def evaluate(
     labels = [bucket["label"] for bucket in bucket_labels(edges)] if edges else []
     every = Subset("all", "every sentence", np.arange(len(references)))
 
+    pairs = comparison_pairs([system.label for system in systems], baseline)
+
     scorers = Scorers(references, moses_lang)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     rows: list[list[dict[str, Any]]] = [[] for _ in systems]
+    comparisons: list[list[dict[str, Any]]] = [[] for _ in pairs]
     for subset_number, subset in enumerate([every, *subsets]):
         for number, (label, members) in enumerate(groups(subset, buckets, labels)):
+            seed = (config.seed, subset_number, number)
+            bleu_stats = [system_stats["bleu"][members] for system_stats in stats]  # each (members, 10)
             resampled = None
             if config.bootstrap and len(members):
-                seed = (config.seed, subset_number, number)
-                resampled = bootstrap_bleu([s["bleu"][members] for s in stats], config.bootstrap, seed)
+                resampled = bootstrap_bleu(bleu_stats, config.bootstrap, seed)
+            group_rows = []
             for i, system_stats in enumerate(stats):
                 interval = percentile_interval(resampled[i]) if resampled else (None, None)
                 sliced = {name: values[members] for name, values in system_stats.items()}
-                rows[i].append(
+                group_rows.append(
                     score_row(subset.name, label, scorers, sliced, interval, config.min_bucket_size)
                 )
+                rows[i].append(group_rows[-1])
+            for k, row in enumerate(compare(pairs, group_rows, bleu_stats, resampled, config, seed)):
+                comparisons[k].append(row)
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -360,6 +443,11 @@ def evaluate(
             {"label": system.label, "hypotheses": system.path or None, "rows": system_rows}
             for system, system_rows in zip(systems, rows, strict=True)
         ],
+        "significance": {"test": config.significance, "alpha": ALPHA, "baseline": baseline},
+        "comparisons": [
+            {"system": systems[i].label, "baseline": systems[j].label, "rows": compared}
+            for (i, j), compared in zip(pairs, comparisons, strict=True)
+        ],
     }
 
 
@@ -380,7 +468,7 @@ def check_report(report: Any, name: str) -> dict[str, Any]:
 def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """One report holding the systems of several saved ones, to draw them together; buckets must agree."""
     first_name, first = named[0][0], check_report(named[0][1], named[0][0])
-    merged = {**first, "systems": list(first["systems"])}
+    merged = {**first, "systems": list(first["systems"]), "comparisons": list(first["comparisons"])}
     for name, report in named[1:]:
         check_report(report, name)
         if (report["edges"], report["bucket_by"]) != (first["edges"], first["bucket_by"]):
@@ -389,6 +477,7 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
                 f"{first['edges']} by {first['bucket_by']}: evaluate them with the same buckets"
             )
         merged["systems"] += report["systems"]
+        merged["comparisons"] += report["comparisons"]
     labels = [system["label"] for system in merged["systems"]]
     for label in labels:
         if labels.count(label) > 1:

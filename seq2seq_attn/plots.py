@@ -45,8 +45,41 @@ def _tick_label(bucket: str, rows: list[dict[str, Any]]) -> str:
     return f"{bucket}\nn={'/'.join(counts)}{'*' if any(row['few'] for row in rows) else ''}"
 
 
+SIGNIFICANCE_MARKERS = ("*", "P", "X", "D", "^", "v")  # one per comparison, cycled
+
+
+def mark_significant(
+    axes: Any, report: dict[str, Any], buckets: list[str], by_label: dict[str, dict]
+) -> None:
+    """Where a paired difference is significant, a marker halfway between the two systems' points.
+
+    by_label: per system label, {bucket label: its row on all sentences}.
+    """
+    alpha = report["significance"]["alpha"]
+    for k, comparison in enumerate(report["comparisons"]):
+        hits = [
+            row["bucket"]
+            for row in comparison["rows"]
+            if row["subset"] == "all" and row["bucket"] in buckets and row["significant"]
+        ]
+        if not hits:
+            continue
+        system, baseline = by_label[comparison["system"]], by_label[comparison["baseline"]]
+        middle = [(system[b]["bleu"] + baseline[b]["bleu"]) / 2 for b in hits]
+        axes.scatter(
+            [buckets.index(b) for b in hits],
+            middle,
+            marker=SIGNIFICANCE_MARKERS[k % len(SIGNIFICANCE_MARKERS)],
+            s=90,
+            color="black",
+            zorder=3,
+            label=f"{comparison['system']} vs {comparison['baseline']}: p < {alpha}",
+        )
+
+
 def curve_figure(report: dict[str, Any]) -> Figure:
-    """BLEU per length bucket, one line per system, its 95% bootstrap interval as a band."""
+    """BLEU per length bucket, one line per system, its 95% bootstrap interval as a band, and a marker
+    in each bucket where two systems differ significantly."""
     buckets = [bucket["label"] for bucket in report["buckets"]]
     if not buckets:
         raise UserError("the report has no length buckets: evaluate with `seq2seq eval --by-length`")
@@ -72,6 +105,8 @@ def curve_figure(report: dict[str, Any]) -> Figure:
                 alpha=0.2,
                 linewidth=0,
             )
+    labels = [system["label"] for system in report["systems"]]
+    mark_significant(axes, report, buckets, dict(zip(labels, by_bucket, strict=True)))
     axes.set_xticks(x, [_tick_label(b, [rows[b] for rows in by_bucket]) for b in buckets])
     axes.set_xlabel(f"{report['bucket_by'].capitalize()} sentence length (words)")
     axes.set_ylabel("BLEU")

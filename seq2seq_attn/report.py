@@ -1,7 +1,8 @@
 """The evaluation report (see `evaluate` and docs/evaluation.md) rendered as text, markdown, CSV or JSON.
 
-Text and markdown show one table per sentence subset (all sentences first, then e.g. "no UNK"); CSV
-holds every row of every table in one long table with a `subset` column.
+Text and markdown show one table of scores per sentence subset (all sentences first, then e.g. "no UNK")
+and, with two systems or more, one table of paired differences per subset. CSV holds every row of
+every table in one long table: score lines first, then difference lines (those with a `baseline`).
 """
 
 from __future__ import annotations
@@ -68,8 +69,41 @@ def score_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
     return Table(title, SCORE_COLUMNS + ((MOSES_COLUMN,) if moses else ()), rows, left=2)
 
 
+COMPARISON_COLUMNS = ("system", "baseline", "bucket", "count", "delta BLEU", "95% CI", "p-value", "p<0.05")
+
+
+def significance_mark(row: dict[str, Any]) -> str:
+    """'yes' where the difference is significant, 'no' where it is not, '-' where it was not tested."""
+    return "-" if row["significant"] is None else ("yes" if row["significant"] else "no")
+
+
+def comparison_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
+    """BLEU(system) - BLEU(baseline) per pair and bucket of one subset, its paired interval and p-value."""
+    rows = [
+        [
+            comparison["system"],
+            comparison["baseline"],
+            row["bucket"],
+            str(row["count"]),
+            "-" if row["delta"] is None else f"{row['delta']:+.2f}",
+            _interval(row["ci_low"], row["ci_high"]),
+            _number(row["p_value"], 4),
+            significance_mark(row),
+        ]
+        for comparison in report["comparisons"]
+        for row in comparison["rows"]
+        if row["subset"] == subset["name"]
+    ]
+    title = f"Paired differences ({subset['name']} sentences)"
+    return Table(title, COMPARISON_COLUMNS, rows, left=3)
+
+
 def tables(report: dict[str, Any]) -> list[Table]:
-    return [score_table(report, subset) for subset in report["subsets"]]
+    """Scores per subset, then the paired differences per subset when there are two systems or more."""
+    scores = [score_table(report, subset) for subset in report["subsets"]]
+    if not report["comparisons"]:
+        return scores
+    return scores + [comparison_table(report, subset) for subset in report["subsets"]]
 
 
 def notes(report: dict[str, Any]) -> list[str]:
@@ -90,6 +124,13 @@ def notes(report: dict[str, Any]) -> list[str]:
     if boot["resamples"]:
         lines.append(
             f"95% CI: {boot['method']} bootstrap of BLEU, {boot['resamples']} resamples, seed {boot['seed']}."
+        )
+    if report["comparisons"] and boot["resamples"]:
+        test = report["significance"]["test"]
+        draws = f"{boot['resamples']} {'resamples' if test == 'paired-bs' else 'trials'}"
+        lines.append(
+            f"Paired differences: delta BLEU = system - baseline, 95% CI over the paired resamples, p-value "
+            f"of sacrebleu's {test} test ({draws}); p<0.05 'yes' marks a significant difference."
         )
     if any(row["few"] for system in report["systems"] for row in system["rows"]):
         lines.append(f"* fewer than {report['min_bucket_size']} sentences: unreliable.")
@@ -149,6 +190,12 @@ CSV_FIELDS = (
     "few",
     "subset",
     "bleu_moses",
+    "baseline",
+    "delta",
+    "delta_low",
+    "delta_high",
+    "p_value",
+    "significant",
 )
 
 
@@ -162,6 +209,25 @@ def render_csv(report: dict[str, Any]) -> str:
             bucket = bounds.get(row["bucket"], {})
             writer.writerow(
                 {**row, "system": system["label"], "low": bucket.get("low"), "high": bucket.get("high")}
+            )
+    for comparison in report["comparisons"]:  # the paired differences, after the scores
+        for row in comparison["rows"]:
+            bucket = bounds.get(row["bucket"], {})
+            writer.writerow(
+                {
+                    "system": comparison["system"],
+                    "baseline": comparison["baseline"],
+                    "subset": row["subset"],
+                    "bucket": row["bucket"],
+                    "low": bucket.get("low"),
+                    "high": bucket.get("high"),
+                    "count": row["count"],
+                    "delta": row["delta"],
+                    "delta_low": row["ci_low"],
+                    "delta_high": row["ci_high"],
+                    "p_value": row["p_value"],
+                    "significant": row["significant"],
+                }
             )
     return out.getvalue()
 

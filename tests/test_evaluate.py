@@ -187,6 +187,8 @@ def test_multi_system_report_schema_and_renderings():
         "bootstrap",
         "min_bucket_size",
         "systems",
+        "significance",
+        "comparisons",
     ]
     assert report["version"] == 2 and report["subsets"] == [
         {"name": "all", "definition": "every sentence", "sentences": 120}
@@ -217,15 +219,19 @@ def test_multi_system_report_schema_and_renderings():
 
     text = render(report, "text").splitlines()
     assert text[0].startswith("BLEU signature: nrefs:1|") and text[1].startswith("chrF signature: ")
-    table = [line for line in text if line.startswith(("RNNsearch-50 ", "RNNencdec-50 "))]
-    assert len(table) == 2 * len(labels) and len({len(line) for line in text[text.index("") + 1 :]}) == 1
+    scores = text[text.index("") + 1 : text.index("", text.index("") + 1)]  # the first table
+    table = [line for line in scores if line.startswith(("RNNsearch-50 ", "RNNencdec-50 "))]
+    assert len(table) == 2 * len(labels) and len({len(line) for line in scores}) == 1
+    differences = [line for line in text if line.startswith("RNNsearch-50  RNNencdec-50  ")]
+    assert len(differences) == len(labels)
 
     csv_lines = render(report, "csv").splitlines()
     assert csv_lines[0].startswith("system,bucket,low,high,count,bleu,ci_low,ci_high")
-    assert len(csv_lines) == 1 + 2 * len(labels) and csv_lines[2].startswith("RNNsearch-50,0-10,0,10,")
+    assert len(csv_lines) == 1 + 3 * len(labels) and csv_lines[2].startswith("RNNsearch-50,0-10,0,10,")
+    assert all(",RNNencdec-50," in line for line in csv_lines[-len(labels) :])  # the paired differences
 
     markdown = [line for line in render(report, "markdown").splitlines() if line.startswith("|")]
-    assert len(markdown) == 2 + 2 * len(labels)
+    assert len(markdown) == 2 + 2 * len(labels) + 2 + len(labels)
 
 
 def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):
@@ -234,7 +240,8 @@ def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):
     axes = figure.axes[0]
     labelled = [line.get_label() for line in axes.get_lines() if not line.get_label().startswith("_")]
     assert [label.split(" ")[0] for label in labelled] == ["RNNsearch-50", "RNNencdec-50"]
-    assert len(axes.collections) == 2  # one confidence band per system
+    bands = [c for c in axes.collections if c.get_label().startswith("_")]  # unlabelled: the bands
+    assert len(bands) == 2  # one confidence band per system
     assert axes.get_xlabel() == "Source sentence length (words)" and axes.get_ylabel() == "BLEU"
     ticks = [tick.get_text() for tick in axes.get_xticklabels()]
     counts = [by_label(report)[bucket["label"]]["count"] for bucket in report["buckets"]]

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,12 +32,21 @@ if TYPE_CHECKING:
 
 DEFAULTS = EvalConfig()
 
+
+def choices(schema: type, key: str) -> list[str]:
+    """The allowed values of a config key, from the schema."""
+    return next(field.metadata["choices"] for field in fields(schema) if field.name == key)
+
+
 plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=True)
 
 
 class BucketBy(str, Enum):
     source = "source"
     reference = "reference"
+
+
+Significance = Enum("Significance", {name: name for name in choices(EvalConfig, "significance")}, type=str)
 
 
 class Format(str, Enum):
@@ -108,6 +118,18 @@ def eval_command(
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw BLEU by length (needs --by-length) to this .png/.pdf/.svg file."
     ),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        metavar="LABEL",
+        help="Compare every other system with this one (default: every pair of systems).",
+    ),
+    significance: Significance = typer.Option(
+        DEFAULTS.significance,
+        "--significance",
+        help="Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
+        "or approximate randomization (paired-ar), with --bootstrap resamples or trials.",
+    ),
     moses_bleu: str | None = typer.Option(
         None,
         "--moses-bleu",
@@ -143,6 +165,7 @@ def eval_command(
         bootstrap=bootstrap,
         seed=seed,
         min_bucket_size=min_bucket_size,
+        significance=significance.value,
     )
     systems = load_systems(hyp, label[: len(hyp)])
     references = read_text(ref)
@@ -165,6 +188,7 @@ def eval_command(
         sources_path=str(src) if src is not None else "",
         subsets=[shortlist_subset(shortlists, sources, references)] if shortlists else [],
         moses_lang=moses_bleu,
+        baseline=baseline,
     )
     write_outputs(report, fmt.value if fmt else None, output, plot)
 
