@@ -2,7 +2,8 @@
 
 sacrebleu's per-sentence statistics (hypothesis and reference lengths, n-gram matches and totals) are
 extracted once. A resample of a set of sentences is then a count-weighted sum of those rows, and corpus
-BLEU of all resamples is recomputed at once with numpy, instead of once per resample in Python.
+BLEU of all resamples is recomputed at once with numpy, instead of once per resample in Python. The
+paired significance tests of sacrebleu (`--paired-bs`, `--paired-ar`) are computed the same way.
 """
 
 from __future__ import annotations

@@ -22,6 +22,11 @@ numpy's Generator seeded with (seed, subset number, bucket number: 0 for "all", 
 and all systems share them (a paired bootstrap), so a system's interval does not depend on which other
 systems are in the report, and the same inputs and seed give byte-identical reports.
 
+Paired differences. With two systems or more, each pair (or each system against a baseline) is compared
+on every bucket of every subset: the BLEU difference, its interval over the same paired resamples, and
+the p-value of sacrebleu's paired bootstrap (paired-bs, from those resamples) or approximate
+randomization test (paired-ar), as `bootstrap` computes them.
+
 The report (returned by `evaluate`, saved as JSON) has a stable, versioned layout: docs/evaluation.md.
 """
 
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Score
 
 from .bootstrap import (
     ALPHA,
@@ -227,7 +233,7 @@ class Scorers:
             for name, metric in self.metrics.items()
         }
 
-    def score(self, name: str, stats: np.ndarray):
+    def score(self, name: str, stats: np.ndarray) -> Score:
         """sacrebleu's corpus score from summed statistics rows."""
         return self.metrics[name]._compute_score_from_stats(stats.sum(axis=0).tolist())
 

@@ -338,6 +338,10 @@ def test_cli_plot_curve_combines_saved_reports(files):
         ),
         (["eval", "--hyp", "good.fr", "--ref", "ref.fr", "--by-length"], "give --src SRC"),
         (["plot", "curve", "ref.fr", "-o", "x.png"], "ref.fr: not valid JSON"),
+        (
+            ["eval", "--hyp", "good.fr", "--ref", "ref.fr", "--baseline", "nobody"],
+            "--baseline 'nobody': no system has that label (labels: good)",
+        ),
     ],
 )
 def test_cli_errors_are_one_line_with_exit_code_2(files, args, message):

@@ -3,6 +3,7 @@ offline (headless Chromium: no console message, no network request, the curve dr
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -134,16 +135,13 @@ FLAGS = [
 ]
 
 
+@functools.cache
 def find_chromium() -> str:
     """Chromium on PATH, else installed with apt-get (as root); the test is skipped only if neither works."""
-    names = ("chromium", "chromium-browser", "google-chrome")
-    found = next((shutil.which(name) for name in names if shutil.which(name)), None)
+    found = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
     if found is None and shutil.which("apt-get") and os.geteuid() == 0:
-        for command in (["apt-get", "install", "-y", "-qq", "chromium"], ["apt-get", "update", "-qq"]):
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
             subprocess.run(command, capture_output=True, timeout=900, check=False)
-            if shutil.which("chromium"):
-                break
-        subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], capture_output=True, timeout=900)
         found = shutil.which("chromium")
     if found is None:
         pytest.skip("no Chromium found and none could be installed")

@@ -17,6 +17,7 @@ from ..console import info
 from ..errors import UserError
 from ..evaluate import (
     System,
+    comparison_pairs,
     differing_examples,
     evaluate,
     load_systems,
@@ -180,6 +181,7 @@ def eval_command(
     references = read_text(ref)
     sources = read_text(src) if src is not None else None
     labels = label[len(hyp) :] or [default_model_label(path) for path in model]
+    comparison_pairs([system.label for system in systems] + labels, baseline)  # a bad --baseline fails early
     translated = []
     for run, name in zip(model, labels, strict=True):
         folder = output.parent if output is not None else (run if run.is_dir() else run.parent.parent)
