@@ -5,8 +5,11 @@ prepare the data and vocabulary (once per data folder), train (all systems at th
 `--parallel`, splitting the CPU threads or GPUs between them), then translate the test set with each
 run's beam settings and score all systems together with `seq2seq eval --by-length`. Writes to --out:
 
-    by_length.json / by_length.md   the table (BLEU, chrF, BP, 95% CI per bucket and system)
+    by_length.json / by_length.md   the table (BLEU, chrF, BP, 95% CI per bucket and system) and the
+                                     paired differences between systems per bucket, with p-values
     curve.png                        BLEU by source length, one line per system (Bahdanau et al., Fig. 2)
+    report.html                      all of it on one self-contained page, with example sentences and
+                                     attention heat maps
     attention/                       heat maps of a few test sentences for the first attention system
     summary.md                       the table, wall times and the paper's criteria (--criteria)
 
@@ -24,8 +27,9 @@ import time
 from pathlib import Path
 
 from seq2seq_attn.config import Config, load_config
-from seq2seq_attn.evaluate import render
+from seq2seq_attn.heatmap import pick_by_length
 from seq2seq_attn.io import read_lines, write_text
+from seq2seq_attn.report import render
 
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
 
@@ -86,6 +90,8 @@ def main() -> None:
         str(report_path),
         "--plot",
         str(args.out / "curve.png"),
+        "--html",
+        str(args.out / "report.html"),
     ]
     for config, label in zip(configs, labels, strict=True):
         command += ["--model", str(config.run_dir), "--label", label]
@@ -98,8 +104,12 @@ def main() -> None:
     if args.heatmaps and attention is not None:
         _heatmaps(attention, test_src, args.out / "attention", args.heatmaps)
 
-    verdicts = check_criteria(report, configs, labels) if args.criteria else []
-    write_text(args.out / "summary.md", _summary(report, times, verdicts, args))
+    verdicts, findings = [], []
+    if args.criteria:
+        search, encdec = attention_and_fixed(configs, labels)
+        verdicts = check_criteria(report, search, encdec)
+        findings = [significance_finding(report, search, encdec)]
+    write_text(args.out / "summary.md", _summary(report, times, verdicts, findings, args))
     print((args.out / "summary.md").read_text(encoding="utf-8"))
     if verdicts and not all(ok for ok, _ in verdicts):
         sys.exit(1)
@@ -145,11 +155,9 @@ def _gpus() -> int:
 def _heatmaps(config: Config, test_src: Path, folder: Path, count: int) -> None:
     """Heat maps of `count` test sentences of about 8 to 40 words (longer ones make unreadable pictures)."""
     lines = list(read_lines(test_src))
-    targets = [8 + k * 32 // max(count - 1, 1) for k in range(count)]
-    picks = [min(range(len(lines)), key=lambda i, n=n: (abs(len(lines[i].split()) - n), i)) for n in targets]
     chosen = folder / "sources.txt"
     folder.mkdir(parents=True, exist_ok=True)
-    write_text(chosen, "".join(lines[i] + "\n" for i in dict.fromkeys(picks)))
+    write_text(chosen, "".join(lines[i] + "\n" for i in pick_by_length(lines, count)))
     _run(
         [
             *SEQ2SEQ,
@@ -171,15 +179,20 @@ def _bleu_by_bucket(report: dict, label: str) -> dict[str, float]:
     return {row["bucket"]: row["bleu"] for row in system["rows"] if row["bucket"] != "all" and row["count"]}
 
 
-def check_criteria(report: dict, configs: list[Config], labels: list[str]) -> list[tuple[bool, str]]:
-    """The demo's acceptance test (issue 7): the fixed vector collapses on long sentences, attention does not.
+def attention_and_fixed(configs: list[Config], labels: list[str]) -> tuple[str, str]:
+    """The labels of the first attention system (RNNsearch) and the first fixed-vector one (RNNencdec)."""
+    search = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention != "none")
+    encdec = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention == "none")
+    return search, encdec
+
+
+def check_criteria(report: dict, search: str, encdec: str) -> list[tuple[bool, str]]:
+    """The demo's acceptance test: the fixed vector collapses on long sentences, attention does not.
 
     - RNNencdec's BLEU in its longest bucket <= 0.6 x its best bucket;
     - RNNsearch's BLEU in its longest bucket >= 0.85 x its best bucket;
     - RNNsearch above RNNencdec in every bucket past 20 words.
     """
-    search = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention != "none")
-    encdec = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention == "none")
     a, b = _bleu_by_bucket(report, search), _bleu_by_bucket(report, encdec)
     longest = list(a)[-1]
     verdicts = [
@@ -203,7 +216,27 @@ def check_criteria(report: dict, configs: list[Config], labels: list[str]) -> li
     return verdicts
 
 
-def _summary(report: dict, times: dict[str, float], verdicts: list[tuple[bool, str]], args) -> str:
+def significance_finding(report: dict, winner: str, loser: str) -> str:
+    """In which buckets (all sentences) `winner`'s BLEU is above `loser`'s with p < 0.05 (paired test)."""
+    comparison = next(c for c in report["comparisons"] if {c["system"], c["baseline"]} == {winner, loser})
+    sign = 1 if comparison["system"] == winner else -1
+    rows = [r for r in comparison["rows"] if r["subset"] == "all" and r["bucket"] != "all" and r["count"]]
+    wins = [r["bucket"] for r in rows if r["significant"] and sign * r["delta"] > 0]
+    others = [r["bucket"] for r in rows if r["bucket"] not in wins]
+    alpha, test = report["significance"]["alpha"], report["significance"]["test"]
+    return (
+        f"{winner} beats {loser} significantly ({test}, p < {alpha}) in the buckets "
+        f"{', '.join(wins) or 'none'}; not significantly in {', '.join(others) or 'none'}."
+    )
+
+
+def _summary(
+    report: dict,
+    times: dict[str, float],
+    verdicts: list[tuple[bool, str]],
+    findings: list[str],
+    args: argparse.Namespace,
+) -> str:
     lines = [
         "# BLEU by source sentence length",
         "",
@@ -218,7 +251,9 @@ def _summary(report: dict, times: dict[str, float], verdicts: list[tuple[bool, s
     if verdicts:
         lines += ["", "Criteria (Bahdanau et al. 2014, Fig. 2):", ""]
         lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in verdicts]
-    lines += ["", "![BLEU by length](curve.png)"]
+    if findings:
+        lines += ["", "Paired significance per bucket:", ""] + [f"- {text}" for text in findings]
+    lines += ["", "![BLEU by length](curve.png)", "", "All of it on one page: [report.html](report.html)"]
     return "\n".join(lines) + "\n"
 
 

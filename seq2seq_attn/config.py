@@ -390,7 +390,17 @@ class EvalConfig:
         "Bucket edges in words; bucket i is [edge_i, edge_i+1), the last is open.",
     )
     bucket_by: str = option("source", "Length used for bucketing.", choices=["source", "reference"])
-    bootstrap: int = option(1000, "Bootstrap resamples for the 95% confidence interval (0: none).", ge=0)
+    bootstrap: int = option(
+        1000,
+        "Bootstrap resamples for the 95% confidence interval and the paired test (0: none).",
+        ge=0,
+    )
+    significance: str = option(
+        "paired-bs",
+        "Paired test of two systems' BLEU difference (as sacrebleu's): bootstrap resampling or "
+        "approximate randomization, with `bootstrap` resamples or trials.",
+        choices=["paired-bs", "paired-ar"],
+    )
     seed: int = option(12345, "Seed of the bootstrap.", ge=0)
     min_bucket_size: int = option(30, "Buckets with fewer sentences are flagged as unreliable.", ge=0)
 

@@ -1,5 +1,8 @@
 """BLEU and chrF of one or more systems, overall and by sentence length (Bahdanau et al. 2014, Fig. 2).
 
+This module computes the report (inputs, buckets, scores); `bootstrap` resamples the sentences and
+`report` renders the result as text, markdown, CSV or JSON.
+
 Scores always come from sacrebleu, which tokenises detokenised text itself, so they are comparable with
 published numbers; the signatures reported with them say exactly how they were computed.
 
@@ -9,61 +12,54 @@ the reference with bucket_by="reference"). Edges [0, 10, 20, ..., 60] define hal
 [60, inf) is labelled "60+". Empty buckets are kept (count 0, scores null); buckets with fewer than
 min_bucket_size sentences are kept and flagged ("few": true), never hidden.
 
-Confidence intervals. sacrebleu's per-sentence sufficient statistics (hypothesis and reference
-lengths, n-gram matches and totals) are extracted once. A bootstrap resample of a bucket is then a
-count-weighted sum of those rows, and corpus BLEU of all resamples is recomputed at once with numpy.
-The 95% interval is the 2.5th-97.5th percentile of the resampled BLEU. Each bucket draws its resamples
-from numpy's Generator seeded with (seed, bucket number: 0 for "all", 1.. for the buckets), and all
-systems share them (a paired bootstrap), so a system's interval does not depend on which other systems
-are in the report, and the same inputs and seed give byte-identical reports.
+Subsets. Every sentence is scored ("all"), and each extra subset gets the same rows: Table 1 of
+Bahdanau et al. also scores the sentences without unknown words ("no UNK": every source and reference
+word in the shortlist of the word-vocabulary runs, see `shortlist_subset`).
 
-The report (returned by `evaluate`, saved as JSON; its layout is stable and versioned):
+Confidence intervals. The 95% interval is the 2.5th-97.5th percentile of BLEU over bootstrap
+resamples of the sentences (see `bootstrap`). Each bucket of each subset draws its resamples from
+numpy's Generator seeded with (seed, subset number, bucket number: 0 for "all", 1.. for the buckets),
+and all systems share them (a paired bootstrap), so a system's interval does not depend on which other
+systems are in the report, and the same inputs and seed give byte-identical reports.
 
-    {
-      "format": "seq2seq-attn eval report", "version": 1,
-      "signatures": {"bleu": "nrefs:1|case:mixed|eff:no|tok:13a|...", "chrf": "nrefs:1|..."},
-      "references": "test.fr", "sources": "test.en" or null,
-      "bucket_by": "source" | "reference" | null (not bucketed),
-      "edges": [0, 10, 20, 30, 40, 50, 60] ([] when not bucketed),
-      "buckets": [{"label": "0-10", "low": 0, "high": 10}, ..., {"label": "60+", "low": 60, "high": null}],
-      "bootstrap": {"resamples": 1000, "seed": 12345, "confidence": 0.95, "method": "paired percentile"},
-      "min_bucket_size": 30,
-      "systems": [
-        {"label": "RNNsearch-50", "hypotheses": "rnnsearch.txt" or null,
-         "rows": [{"bucket": "all", "count": 3000, "bleu": 26.7, "ci_low": 26.1, "ci_high": 27.4,
-                   "chrf": 55.2, "bp": 0.98, "ratio": 0.98, "hyp_len": 70510, "ref_len": 71950,
-                   "few": false},
-                  ... one row per bucket, in edge order, "bucket" being its label]}
-      ]
-    }
+Paired differences. With two systems or more, each pair (or each system against a baseline) is compared
+on every bucket of every subset: the BLEU difference, its interval over the same paired resamples, and
+the p-value of sacrebleu's paired bootstrap (paired-bs, from those resamples) or approximate
+randomization test (paired-ar), as `bootstrap` computes them.
 
-BLEU, chrF and the interval bounds are on sacrebleu's 0-100 scale; "ratio" is hypothesis/reference
-length and "bp" the brevity penalty, both in sacrebleu tokens. Scores of an empty bucket are null, and
-the interval bounds are null when resamples is 0.
+The report (returned by `evaluate`, saved as JSON) has a stable, versioned layout: docs/evaluation.md.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.base import Score
 
+from .bootstrap import (
+    ALPHA,
+    CONFIDENCE,
+    bootstrap_bleu,
+    paired_bootstrap_p,
+    percentile_interval,
+    randomization_p,
+    sentence_stats,
+)
 from .config import EvalConfig
 from .errors import UserError
 from .io import read_lines
 
+if TYPE_CHECKING:
+    from .vocab import Vocab
+
 REPORT_FORMAT = "seq2seq-attn eval report"
-REPORT_VERSION = 1
-CONFIDENCE = 0.95
-MAX_DRAWS = 1 << 22  # sentence draws held in memory at once by the bootstrap (~32 MiB of int64)
+REPORT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -178,76 +174,100 @@ def word_counts(lines: Sequence[str]) -> np.ndarray:
 # scores
 
 
-def sentence_stats(metric: BLEU | CHRF, hypotheses: Sequence[str]) -> np.ndarray:
-    """Per-sentence sufficient statistics, (sentences, k), against the references cached in `metric`.
-
-    `_extract_corpus_statistics` is the hook sacrebleu's own significance tests use for this. The tests
-    check that summed rows reproduce `corpus_bleu` and `corpus_chrf`, so a change in sacrebleu fails a
-    test rather than silently changing scores. BLEU's row is [hyp_len, ref_len, matches_1..4, totals_1..4].
-    """
-    return np.asarray(metric._extract_corpus_statistics(list(hypotheses), None), dtype=np.int64)
+# ----------------------------------------------------------------------------------------------------------
+# sentence subsets
 
 
-def bleu_scores(stats: np.ndarray, max_order: int = 4) -> np.ndarray:
-    """Corpus BLEU of each row of summed BLEU statistics (rows, 2 + 2*max_order), as sacrebleu's default.
+@dataclass(frozen=True)
+class Subset:
+    """A named set of sentences scored as its own rows (overall and by length), e.g. Table 1's "no UNK"."""
 
-    BLEU = BP * exp(mean_n log p_n), BP = min(1, exp(1 - r/c)) (Papineni et al. 2002). Smoothing is
-    sacrebleu's default "exp" (NIST mteval-v13a): the k-th order with no match gets p_n = 1 / (2^k total_n).
-    """
-    hyp_len, ref_len = stats[:, 0], stats[:, 1]  # (rows,)
-    matches, totals = stats[:, 2 : 2 + max_order], stats[:, 2 + max_order :]  # (rows, max_order)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        brevity = np.where(hyp_len >= ref_len, 1.0, np.exp(1 - ref_len / hyp_len))  # exp(-inf) = 0 if c = 0
-        unmatched = matches == 0
-        halvings = np.cumsum(unmatched, axis=1)
-        precision = np.where(unmatched, 100.0 / (2.0**halvings * totals), 100.0 * matches / totals)
-        score = brevity * np.exp(np.log(precision).sum(axis=1) / max_order)
-    defined = (totals > 0).all(axis=1) & (~unmatched).any(axis=1)  # sacrebleu scores 0 otherwise
-    return np.where(defined, score, 0.0)
+    name: str
+    definition: str  # for readers of the report: which sentences are in it
+    members: np.ndarray  # (sentences in the subset,) ascending sentence ids
 
 
-def bootstrap_bleu(stats: Sequence[np.ndarray], resamples: int, seed: Sequence[int]) -> list[np.ndarray]:
-    """BLEU of each system on the same `resamples` resamples, with replacement, of the sentences.
-
-    stats: one (sentences, 10) BLEU statistics array per system, rows aligned across systems.
-    """
-    count = len(stats[0])
-    rng = np.random.default_rng(list(seed))
-    chunk = max(1, MAX_DRAWS // count)
-    scores: list[list[np.ndarray]] = [[] for _ in stats]
-    for start in range(0, resamples, chunk):
-        size = min(chunk, resamples - start)
-        draws = rng.integers(0, count, size=(size, count))  # (size, sentences): drawn sentence ids
-        flat = (draws + count * np.arange(size)[:, None]).ravel()
-        times = np.bincount(flat, minlength=size * count).reshape(size, count).astype(np.float64)
-        for system_scores, system_stats in zip(scores, stats, strict=True):
-            system_scores.append(bleu_scores(times @ system_stats))  # (size, 10) summed -> (size,)
-    return [np.concatenate(system_scores) for system_scores in scores]
+NO_UNK = "no UNK"
 
 
-def confidence_intervals(
-    stats: Sequence[np.ndarray], resamples: int, seed: Sequence[int]
-) -> list[tuple[float | None, float | None]]:
-    """Percentile bootstrap interval of BLEU for each system; (None, None) if empty or no resamples."""
-    if resamples == 0 or len(stats[0]) == 0:
-        return [(None, None) for _ in stats]
-    tail = 100 * (1 - CONFIDENCE) / 2
-    bounds = [np.percentile(scores, [tail, 100 - tail]) for scores in bootstrap_bleu(stats, resamples, seed)]
-    return [(float(low), float(high)) for low, high in bounds]
+def shortlist_subset(
+    vocabs: Sequence[tuple[str, Vocab]], sources: Sequence[str], references: Sequence[str]
+) -> Subset:
+    """Table 1's "no UNK" sentences: every source word and every reference word is in the shortlist of
+    each of the word-vocabulary runs `vocabs` ((run label, its vocabulary) pairs), so that all systems are
+    scored on the same sentences."""
+    covered = np.ones(len(references), dtype=bool)
+    for _, vocab in vocabs:
+        for ids_of_lines in (vocab.encode_src(sources), vocab.encode_tgt(references)):
+            covered &= np.array([vocab.unk_id not in ids for ids in ids_of_lines], dtype=bool)
+    names = ", ".join(label for label, _ in vocabs)
+    definition = f"sentences whose source and reference words are all in the shortlist of {names}"
+    return Subset(NO_UNK, definition, np.flatnonzero(covered))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# scores
+
+
+class Scorers:
+    """sacrebleu's metrics with the references cached: BLEU and chrF as sacrebleu computes them by default,
+    and optionally BLEU on Moses-tokenised text (the multi-bleu.perl setting the paper reported)."""
+
+    def __init__(self, references: Sequence[str], moses_lang: str | None = None) -> None:
+        self.moses_lang = moses_lang
+        self.metrics: dict[str, BLEU | CHRF] = {
+            "bleu": BLEU(references=[list(references)]),
+            "chrf": CHRF(references=[list(references)]),
+        }
+        if moses_lang:
+            tokenized = moses_tokenize(references, moses_lang)
+            self.metrics["bleu_moses"] = BLEU(
+                references=[tokenized], tokenize="none", smooth_method="none", force=True
+            )
+
+    def stats(self, hypotheses: Sequence[str]) -> dict[str, np.ndarray]:
+        """Per-sentence sufficient statistics of each metric, (sentences, k) each."""
+        tokenized = moses_tokenize(hypotheses, self.moses_lang) if self.moses_lang else None
+        return {
+            name: sentence_stats(metric, tokenized if name == "bleu_moses" else hypotheses)
+            for name, metric in self.metrics.items()
+        }
+
+    def score(self, name: str, stats: np.ndarray) -> Score:
+        """sacrebleu's corpus score from summed statistics rows."""
+        return self.metrics[name]._compute_score_from_stats(stats.sum(axis=0).tolist())
+
+    def signatures(self) -> dict[str, str | None]:
+        """How each score was computed; "bleu_moses" is null when Moses BLEU was not asked for."""
+        found = {name: metric.get_signature().format() for name, metric in self.metrics.items()}
+        moses = found.get("bleu_moses")
+        return {
+            "bleu": found["bleu"],
+            "chrf": found["chrf"],
+            "bleu_moses": f"moses-tokenizer:{self.moses_lang}|{moses}" if moses else None,
+        }
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """The Moses tokenizer (sacremoses, as tokenizer.perl -l LANG -no-escape) applied to each line."""
+    from sacremoses import MosesTokenizer  # only when Moses BLEU is asked for
+
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
 
 
 def score_row(
+    subset: str,
     bucket: str,
-    bleu: BLEU,
-    chrf: CHRF,
-    bleu_stats: np.ndarray,
-    chrf_stats: np.ndarray,
+    scorers: Scorers,
+    stats: dict[str, np.ndarray],
     interval: tuple[float | None, float | None],
     min_bucket_size: int,
 ) -> dict[str, Any]:
-    """One report row: sacrebleu's corpus scores of exactly these sentences."""
-    count = len(bleu_stats)
+    """One report row: sacrebleu's corpus scores of exactly these sentences (`stats`: their rows)."""
+    count = len(stats["bleu"])
     row: dict[str, Any] = {
+        "subset": subset,
         "bucket": bucket,
         "count": count,
         "bleu": None,
@@ -258,19 +278,98 @@ def score_row(
         "ratio": None,
         "hyp_len": 0,
         "ref_len": 0,
+        "bleu_moses": None,
         "few": count < min_bucket_size,
     }
     if count:
-        score = bleu._compute_score_from_stats(bleu_stats.sum(axis=0).tolist())
+        bleu = scorers.score("bleu", stats["bleu"])
         row.update(
-            bleu=float(score.score),
-            chrf=float(chrf._compute_score_from_stats(chrf_stats.sum(axis=0).tolist()).score),
-            bp=float(score.bp),
-            ratio=float(score.ratio),
-            hyp_len=int(score.sys_len),
-            ref_len=int(score.ref_len),
+            bleu=float(bleu.score),
+            chrf=float(scorers.score("chrf", stats["chrf"]).score),
+            bp=float(bleu.bp),
+            ratio=float(bleu.ratio),
+            hyp_len=int(bleu.sys_len),
+            ref_len=int(bleu.ref_len),
         )
+        if "bleu_moses" in stats:
+            row["bleu_moses"] = float(scorers.score("bleu_moses", stats["bleu_moses"]).score)
     return row
+
+
+def groups(subset: Subset, buckets: np.ndarray | None, labels: Sequence[str]) -> list[tuple[str, np.ndarray]]:
+    """("all", the subset's sentences), then (bucket label, its sentences in the subset) per bucket.
+
+    buckets: (sentences,) bucket number of every sentence, None when not bucketed.
+    """
+    members = subset.members
+    if buckets is None:
+        return [("all", members)]
+    return [("all", members)] + [(label, members[buckets[members] == i]) for i, label in enumerate(labels)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# paired comparisons
+
+
+def comparison_pairs(labels: Sequence[str], baseline: str | None) -> list[tuple[int, int]]:
+    """(system, baseline) index pairs: each system against `baseline`, or every pair in report order."""
+    if baseline is None:
+        return [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
+    if baseline not in labels:
+        raise UserError(f"--baseline {baseline!r}: no system has that label (labels: {', '.join(labels)})")
+    base = labels.index(baseline)
+    return [(i, base) for i in range(len(labels)) if i != base]
+
+
+def comparison_row(
+    row: dict[str, Any],
+    baseline_row: dict[str, Any],
+    differences: np.ndarray | None,
+    p: float | None,
+) -> dict[str, Any]:
+    """BLEU(system) - BLEU(baseline) on one bucket, its interval over the paired resamples, the p-value.
+
+    differences: (resamples,) the difference on each paired resample, None without resamples.
+    """
+    delta = None if row["bleu"] is None else row["bleu"] - baseline_row["bleu"]
+    interval = percentile_interval(differences) if differences is not None else (None, None)
+    return {
+        "subset": row["subset"],
+        "bucket": row["bucket"],
+        "count": row["count"],
+        "delta": delta,
+        "ci_low": interval[0],
+        "ci_high": interval[1],
+        "p_value": p,
+        "significant": None if p is None else p < ALPHA,
+    }
+
+
+def compare(
+    pairs: Sequence[tuple[int, int]],
+    rows: Sequence[dict[str, Any]],
+    stats: Sequence[np.ndarray],
+    resampled: list[np.ndarray] | None,
+    config: EvalConfig,
+    seed: tuple[int, ...],
+) -> list[dict[str, Any]]:
+    """One comparison row per pair on one group of sentences.
+
+    rows: each system's score row of the group; stats: each system's (sentences, 10) BLEU statistics of
+    the group; resampled: each system's BLEU on the group's shared resamples (None without resamples).
+    """
+    compared = []
+    for i, j in pairs:
+        differences = p = None
+        if resampled is not None:
+            differences = resampled[i] - resampled[j]
+            delta = rows[i]["bleu"] - rows[j]["bleu"]
+            if config.significance == "paired-bs":
+                p = paired_bootstrap_p(differences, delta)
+            else:  # the randomization trials draw from their own stream of the group's seed
+                p = randomization_p(stats[i], stats[j], delta, config.bootstrap, (*seed, 1))
+        compared.append(comparison_row(rows[i], rows[j], differences, p))
+    return compared
 
 
 def evaluate(
@@ -282,53 +381,63 @@ def evaluate(
     config: EvalConfig | None = None,
     references_path: str = "",
     sources_path: str = "",
+    subsets: Sequence[Subset] = (),
+    moses_lang: str | None = None,
+    baseline: str | None = None,
 ) -> dict[str, Any]:
-    """Score every system overall and, with `by_length`, per length bucket; returns the report (see top)."""
+    """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
+    length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
+    returns the report (see top)."""
     config = config or EvalConfig()
     _check_inputs(systems, references, sources, references_path, sources_path)
-    groups = [("all", np.arange(len(references)))]
     edges: list[int] = []
+    buckets = None
     if by_length:
         edges = check_edges(config.buckets)
         if config.bucket_by == "source" and sources is None:
             raise UserError(
                 "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
             )
-        lengths = word_counts(sources if config.bucket_by == "source" else references)
-        index = bucket_index(lengths, edges)
-        groups += [
-            (bucket["label"], np.flatnonzero(index == i)) for i, bucket in enumerate(bucket_labels(edges))
-        ]
+        buckets = bucket_index(word_counts(sources if config.bucket_by == "source" else references), edges)
+    labels = [bucket["label"] for bucket in bucket_labels(edges)] if edges else []
+    every = Subset("all", "every sentence", np.arange(len(references)))
 
-    bleu, chrf = BLEU(references=[list(references)]), CHRF(references=[list(references)])
-    bleu_stats = [sentence_stats(bleu, system.hypotheses) for system in systems]  # each (sentences, 10)
-    chrf_stats = [sentence_stats(chrf, system.hypotheses) for system in systems]  # each (sentences, 18)
+    pairs = comparison_pairs([system.label for system in systems], baseline)
+
+    scorers = Scorers(references, moses_lang)
+    stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     rows: list[list[dict[str, Any]]] = [[] for _ in systems]
-    for number, (label, members) in enumerate(groups):
-        intervals = confidence_intervals(
-            [stats[members] for stats in bleu_stats], config.bootstrap, (config.seed, number)
-        )
-        for i, interval in enumerate(intervals):
-            rows[i].append(
-                score_row(
-                    label,
-                    bleu,
-                    chrf,
-                    bleu_stats[i][members],
-                    chrf_stats[i][members],
-                    interval,
-                    config.min_bucket_size,
+    comparisons: list[list[dict[str, Any]]] = [[] for _ in pairs]
+    for subset_number, subset in enumerate([every, *subsets]):
+        for number, (label, members) in enumerate(groups(subset, buckets, labels)):
+            seed = (config.seed, subset_number, number)
+            bleu_stats = [system_stats["bleu"][members] for system_stats in stats]  # each (members, 10)
+            resampled = None
+            if config.bootstrap and len(members):
+                resampled = bootstrap_bleu(bleu_stats, config.bootstrap, seed)
+            group_rows = []
+            for i, system_stats in enumerate(stats):
+                interval = percentile_interval(resampled[i]) if resampled else (None, None)
+                sliced = {name: values[members] for name, values in system_stats.items()}
+                group_rows.append(
+                    score_row(subset.name, label, scorers, sliced, interval, config.min_bucket_size)
                 )
-            )
+                rows[i].append(group_rows[-1])
+            for k, row in enumerate(compare(pairs, group_rows, bleu_stats, resampled, config, seed)):
+                comparisons[k].append(row)
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
-        "signatures": {"bleu": bleu.get_signature().format(), "chrf": chrf.get_signature().format()},
+        "signatures": scorers.signatures(),
         "references": references_path or None,
         "sources": sources_path or None,
         "bucket_by": config.bucket_by if by_length else None,
         "edges": edges,
         "buckets": bucket_labels(edges) if edges else [],
+        "subsets": [
+            {"name": subset.name, "definition": subset.definition, "sentences": len(subset.members)}
+            for subset in [every, *subsets]
+        ],
         "bootstrap": {
             "resamples": config.bootstrap,
             "seed": config.seed,
@@ -340,7 +449,62 @@ def evaluate(
             {"label": system.label, "hypotheses": system.path or None, "rows": system_rows}
             for system, system_rows in zip(systems, rows, strict=True)
         ],
+        "significance": {"test": config.significance, "alpha": ALPHA, "baseline": baseline},
+        "comparisons": [
+            {"system": systems[i].label, "baseline": systems[j].label, "rows": compared}
+            for (i, j), compared in zip(pairs, comparisons, strict=True)
+        ],
     }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the sentences behind the numbers
+
+
+def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """sacrebleu's chrF of each sentence on its own, (sentences,)."""
+    metric = CHRF(references=[list(references)])
+    stats = sentence_stats(metric, hypotheses)  # (sentences, 18)
+    return np.array([metric._compute_score_from_stats(row.tolist()).score for row in stats])
+
+
+def differing_examples(
+    report: dict[str, Any],
+    systems: Sequence[System],
+    references: Sequence[str],
+    sources: Sequence[str] | None,
+    per_bucket: int = 3,
+) -> list[dict[str, Any]]:
+    """For each bucket of `report` (or all sentences when not bucketed), the `per_bucket` sentences where
+    the systems' sentence chrF differ most (with one system: where it is lowest).
+
+    Returns [{"bucket": label, "sentences": [{"line": 0-based line, "source": str or "", "reference": str,
+    "outputs": [{"label": str, "text": str, "chrf": float}]}]}].
+    """
+    chrf = np.stack([sentence_chrf(system.hypotheses, references) for system in systems])  # (systems, n)
+    spread = chrf.max(axis=0) - chrf.min(axis=0) if len(systems) > 1 else -chrf[0]  # (sentences,)
+    groups: list[tuple[str, np.ndarray]] = [("all", np.arange(len(references)))]
+    if report["edges"]:
+        lengths = word_counts(sources if report["bucket_by"] == "source" else references)
+        index = bucket_index(lengths, report["edges"])
+        groups = [(b["label"], np.flatnonzero(index == i)) for i, b in enumerate(report["buckets"])]
+    examples = []
+    for label, members in groups:
+        chosen = members[np.argsort(-spread[members], kind="stable")[:per_bucket]]
+        sentences = [
+            {
+                "line": int(i),
+                "source": sources[i] if sources is not None else "",
+                "reference": references[i],
+                "outputs": [
+                    {"label": system.label, "text": system.hypotheses[i], "chrf": float(chrf[k, i])}
+                    for k, system in enumerate(systems)
+                ],
+            }
+            for i in chosen
+        ]
+        examples.append({"bucket": label, "sentences": sentences})
+    return examples
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -360,7 +524,7 @@ def check_report(report: Any, name: str) -> dict[str, Any]:
 def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """One report holding the systems of several saved ones, to draw them together; buckets must agree."""
     first_name, first = named[0][0], check_report(named[0][1], named[0][0])
-    merged = {**first, "systems": list(first["systems"])}
+    merged = {**first, "systems": list(first["systems"]), "comparisons": list(first["comparisons"])}
     for name, report in named[1:]:
         check_report(report, name)
         if (report["edges"], report["bucket_by"]) != (first["edges"], first["bucket_by"]):
@@ -369,6 +533,7 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
                 f"{first['edges']} by {first['bucket_by']}: evaluate them with the same buckets"
             )
         merged["systems"] += report["systems"]
+        merged["comparisons"] += report["comparisons"]
     labels = [system["label"] for system in merged["systems"]]
     for label in labels:
         if labels.count(label) > 1:
@@ -376,120 +541,3 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
                 f"system label {label!r} appears in more than one report: relabel with `seq2seq eval --label`"
             )
     return merged
-
-
-# ----------------------------------------------------------------------------------------------------------
-# rendering
-
-COLUMNS = ("system", "bucket", "count", "BLEU", "95% CI", "chrF", "BP", "ratio")
-
-
-def _number(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def table_rows(report: dict[str, Any]) -> list[list[str]]:
-    """Formatted cells, one list per system and bucket ("all" first); '*' marks a count below the minimum."""
-    cells = []
-    for system in report["systems"]:
-        for row in system["rows"]:
-            interval = "-" if row["ci_low"] is None else f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-            cells.append(
-                [
-                    system["label"],
-                    row["bucket"],
-                    f"{row['count']}{'*' if row['few'] else ''}",
-                    _number(row["bleu"], 2),
-                    interval,
-                    _number(row["chrf"], 2),
-                    _number(row["bp"], 3),
-                    _number(row["ratio"], 3),
-                ]
-            )
-    return cells
-
-
-def notes(report: dict[str, Any]) -> list[str]:
-    """The lines that say how the numbers were computed."""
-    lines = [
-        f"BLEU signature: {report['signatures']['bleu']}",
-        f"chrF signature: {report['signatures']['chrf']}",
-    ]
-    if report["bucket_by"]:
-        lines.append(
-            f"Buckets: {report['bucket_by']} length in words, [low, high): a 10-word sentence is in "
-            "10-20 when edges are 0,10,20,..."
-        )
-    boot = report["bootstrap"]
-    if boot["resamples"]:
-        lines.append(
-            f"95% CI: {boot['method']} bootstrap of BLEU, {boot['resamples']} resamples, seed {boot['seed']}."
-        )
-    if any(row["few"] for system in report["systems"] for row in system["rows"]):
-        lines.append(f"* fewer than {report['min_bucket_size']} sentences: unreliable.")
-    return lines
-
-
-def render_text(report: dict[str, Any]) -> str:
-    cells = table_rows(report)
-    widths = [max(len(row[i]) for row in [list(COLUMNS), *cells]) for i in range(len(COLUMNS))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = [
-            cell.ljust(w) if i < 2 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    table = [line(COLUMNS), line(["-" * w for w in widths])] + [line(row) for row in cells]
-    return "\n".join([*notes(report), "", *table]) + "\n"
-
-
-def render_markdown(report: dict[str, Any]) -> str:
-    table = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * 2 + "--:|" * (len(COLUMNS) - 2)]
-    table += ["| " + " | ".join(row) + " |" for row in table_rows(report)]
-    return "\n".join([line + "  " for line in notes(report)] + ["", *table]) + "\n"
-
-
-CSV_FIELDS = (
-    "system",
-    "bucket",
-    "low",
-    "high",
-    "count",
-    "bleu",
-    "ci_low",
-    "ci_high",
-    "chrf",
-    "bp",
-    "ratio",
-    "hyp_len",
-    "ref_len",
-    "few",
-)
-
-
-def render_csv(report: dict[str, Any]) -> str:
-    bounds = {bucket["label"]: bucket for bucket in report["buckets"]}
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for system in report["systems"]:
-        for row in system["rows"]:
-            bucket = bounds.get(row["bucket"], {})
-            writer.writerow(
-                {**row, "system": system["label"], "low": bucket.get("low"), "high": bucket.get("high")}
-            )
-    return out.getvalue()
-
-
-def render_json(report: dict[str, Any]) -> str:
-    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
-
-
-RENDERERS = {"text": render_text, "json": render_json, "csv": render_csv, "markdown": render_markdown}
-
-
-def render(report: dict[str, Any], fmt: str) -> str:
-    """The report as text, json, csv or markdown."""
-    return RENDERERS[fmt](report)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import unicodedata
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +37,8 @@ def label_text(piece: str) -> str:
     return shown.replace("$", r"\$")
 
 
-def draw_attention(
-    path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]
-) -> None:
-    """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
+def attention_figure(weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]) -> Figure:
+    """The heat map of `weights` (len(tgt_labels), len(src_labels)): source on top, translation down."""
     if weights.shape != (len(tgt_labels), len(src_labels)):
         raise ValueError(
             f"attention {weights.shape} does not match {len(tgt_labels)} x {len(src_labels)} labels"
@@ -60,4 +59,22 @@ def draw_attention(
     with warnings.catch_warnings():  # a glyph missing from the font (emoji, rare scripts) draws as a box
         warnings.simplefilter("ignore", UserWarning)
         figure.tight_layout()
+    return figure
+
+
+def draw_attention(
+    path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]
+) -> None:
+    """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
+    figure = attention_figure(weights, src_labels, tgt_labels)
+    with warnings.catch_warnings():  # see attention_figure: missing glyphs
+        warnings.simplefilter("ignore", UserWarning)
         save_figure(figure, path)
+
+
+def pick_by_length(lines: Sequence[str], count: int, shortest: int = 8, longest: int = 40) -> list[int]:
+    """Line numbers of up to `count` lines whose word counts spread from `shortest` to `longest` (longer
+    sentences make unreadable pictures): for each target length, the first line closest to it."""
+    targets = [shortest + k * (longest - shortest) // max(count - 1, 1) for k in range(count)]
+    picks = [min(range(len(lines)), key=lambda i, n=n: (abs(len(lines[i].split()) - n), i)) for n in targets]
+    return list(dict.fromkeys(picks))

@@ -6,6 +6,7 @@ so they draw the same on a headless server; files are written atomically, never 
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,15 @@ def save_figure(figure: Figure, path: str | Path) -> None:
         figure.savefig(handle, format=kind, dpi=150)
 
 
+def svg_text(figure: Figure) -> str:
+    """The figure as an `<svg>` element to inline in HTML: no XML prolog, no metadata, nothing external
+    (text as paths, images as data URIs)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    text = buffer.getvalue().decode("utf-8")
+    return text[text.index("<svg") :]
+
+
 def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray:
     """A row field as floats, NaN where null (matplotlib leaves a gap there)."""
     return np.array([np.nan if row[key] is None else row[key] for row in rows], dtype=float)
@@ -45,8 +55,41 @@ def _tick_label(bucket: str, rows: list[dict[str, Any]]) -> str:
     return f"{bucket}\nn={'/'.join(counts)}{'*' if any(row['few'] for row in rows) else ''}"
 
 
+SIGNIFICANCE_MARKERS = ("*", "P", "X", "D", "^", "v")  # one per comparison, cycled
+
+
+def mark_significant(
+    axes: Any, report: dict[str, Any], buckets: list[str], by_label: dict[str, dict]
+) -> None:
+    """Where a paired difference is significant, a marker halfway between the two systems' points.
+
+    by_label: per system label, {bucket label: its row on all sentences}.
+    """
+    alpha = report["significance"]["alpha"]
+    for k, comparison in enumerate(report["comparisons"]):
+        hits = [
+            row["bucket"]
+            for row in comparison["rows"]
+            if row["subset"] == "all" and row["bucket"] in buckets and row["significant"]
+        ]
+        if not hits:
+            continue
+        system, baseline = by_label[comparison["system"]], by_label[comparison["baseline"]]
+        middle = [(system[b]["bleu"] + baseline[b]["bleu"]) / 2 for b in hits]
+        axes.scatter(
+            [buckets.index(b) for b in hits],
+            middle,
+            marker=SIGNIFICANCE_MARKERS[k % len(SIGNIFICANCE_MARKERS)],
+            s=90,
+            color="black",
+            zorder=3,
+            label=f"{comparison['system']} vs {comparison['baseline']}: p < {alpha}",
+        )
+
+
 def curve_figure(report: dict[str, Any]) -> Figure:
-    """BLEU per length bucket, one line per system, its 95% bootstrap interval as a band."""
+    """BLEU per length bucket, one line per system, its 95% bootstrap interval as a band, and a marker
+    in each bucket where two systems differ significantly."""
     buckets = [bucket["label"] for bucket in report["buckets"]]
     if not buckets:
         raise UserError("the report has no length buckets: evaluate with `seq2seq eval --by-length`")
@@ -56,7 +99,7 @@ def curve_figure(report: dict[str, Any]) -> Figure:
     x = np.arange(len(buckets))
     by_bucket = []  # per system: {bucket label: row}
     for system in report["systems"]:
-        rows = {row["bucket"]: row for row in system["rows"]}
+        rows = {row["bucket"]: row for row in system["rows"] if row["subset"] == "all"}
         by_bucket.append(rows)
         ordered = [rows[bucket] for bucket in buckets]
         overall = rows["all"]["bleu"]
@@ -72,6 +115,8 @@ def curve_figure(report: dict[str, Any]) -> Figure:
                 alpha=0.2,
                 linewidth=0,
             )
+    labels = [system["label"] for system in report["systems"]]
+    mark_significant(axes, report, buckets, dict(zip(labels, by_bucket, strict=True)))
     axes.set_xticks(x, [_tick_label(b, [rows[b] for rows in by_bucket]) for b in buckets])
     axes.set_xlabel(f"{report['bucket_by'].capitalize()} sentence length (words)")
     axes.set_ylabel("BLEU")

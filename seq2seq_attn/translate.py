@@ -147,25 +147,34 @@ class Translator:
         parts.append(self.vocab.decode_tgt(hyp.tokens[start:]))
         return clean(" ".join(part for part in parts if part))
 
-    def write_attention(self, folder: Path, index: int, translation: Translation) -> None:
-        """The best hypothesis' heat map and matrix for input line `index`."""
+    def attention(self, translation: Translation) -> tuple[np.ndarray, list[str], list[str]] | None:
+        """The best hypothesis' attention (target pieces, source pieces), with the source and target
+        pieces that label it (</s> included); None when nothing was attended."""
         hyp = translation.hypotheses[0]
         if hyp.attention is None:  # every continuation was forbidden: nothing was attended
-            return
+            return None
         source = [*translation.src_pieces, EOS_PIECE]
         target = [*self.vocab.tgt_pieces(hyp.tokens), EOS_PIECE]
+        return hyp.attention, source, target
+
+    def write_attention(self, folder: Path, index: int, translation: Translation) -> None:
+        """The best hypothesis' heat map and matrix for input line `index`."""
+        found = self.attention(translation)
+        if found is None:
+            return
+        weights, source, target = found
         write_json(
             folder / f"{index:06d}.json",
             {
                 "index": index,
                 "source": source,
                 "target": target,
-                "attention": np.round(hyp.attention.astype(np.float64), 5).tolist(),
+                "attention": np.round(weights.astype(np.float64), 5).tolist(),
             },
         )
         from .heatmap import draw_attention  # matplotlib is slow to import: only when drawing
 
-        draw_attention(folder / f"{index:06d}.png", hyp.attention, source, target)
+        draw_attention(folder / f"{index:06d}.png", weights, source, target)
 
 
 def format_rows(index: int, translation: Translation, nbest: int, scores: bool) -> list[str]:

@@ -57,3 +57,5 @@ def test_small_demo_shows_attention_holding_up_on_long_sentences(tmp_path):
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "by_length.md").read_text().count("RNNsearch") >= 7
     assert list((out / "attention").glob("*.png"))
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and '<figure id="curve"><svg' in page

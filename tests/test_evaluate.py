@@ -14,22 +14,21 @@ import sacrebleu
 from sacrebleu.metrics import BLEU
 from typer.testing import CliRunner
 
+from seq2seq_attn.bootstrap import bleu_scores, sentence_stats
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluate import (
     System,
-    bleu_scores,
     bucket_index,
     bucket_labels,
     check_edges,
     evaluate,
     merge_reports,
     parse_edges,
-    render,
-    sentence_stats,
 )
 from seq2seq_attn.plots import curve_figure, save_curve
+from seq2seq_attn.report import render
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 VOCAB = [f"w{i}" for i in range(300)]
@@ -184,15 +183,22 @@ def test_multi_system_report_schema_and_renderings():
         "bucket_by",
         "edges",
         "buckets",
+        "subsets",
         "bootstrap",
         "min_bucket_size",
         "systems",
+        "significance",
+        "comparisons",
+    ]
+    assert report["version"] == 2 and report["subsets"] == [
+        {"name": "all", "definition": "every sentence", "sentences": 120}
     ]
     assert report["edges"] == EvalConfig().buckets and report["bootstrap"]["seed"] == EvalConfig().seed
     labels = ["all"] + [bucket["label"] for bucket in report["buckets"]]
     for system in report["systems"]:
         assert [row["bucket"] for row in system["rows"]] == labels
         assert set(system["rows"][0]) == {
+            "subset",
             "bucket",
             "count",
             "bleu",
@@ -203,6 +209,7 @@ def test_multi_system_report_schema_and_renderings():
             "ratio",
             "hyp_len",
             "ref_len",
+            "bleu_moses",
             "few",
         }
         assert sum(row["count"] for row in system["rows"][1:]) == system["rows"][0]["count"] == 120
@@ -212,15 +219,19 @@ def test_multi_system_report_schema_and_renderings():
 
     text = render(report, "text").splitlines()
     assert text[0].startswith("BLEU signature: nrefs:1|") and text[1].startswith("chrF signature: ")
-    table = [line for line in text if line.startswith(("RNNsearch-50 ", "RNNencdec-50 "))]
-    assert len(table) == 2 * len(labels) and len({len(line) for line in text[text.index("") + 1 :]}) == 1
+    scores = text[text.index("") + 1 : text.index("", text.index("") + 1)]  # the first table
+    table = [line for line in scores if line.startswith(("RNNsearch-50 ", "RNNencdec-50 "))]
+    assert len(table) == 2 * len(labels) and len({len(line) for line in scores}) == 1
+    differences = [line for line in text if line.startswith("RNNsearch-50  RNNencdec-50  ")]
+    assert len(differences) == len(labels)
 
     csv_lines = render(report, "csv").splitlines()
     assert csv_lines[0].startswith("system,bucket,low,high,count,bleu,ci_low,ci_high")
-    assert len(csv_lines) == 1 + 2 * len(labels) and csv_lines[2].startswith("RNNsearch-50,0-10,0,10,")
+    assert len(csv_lines) == 1 + 3 * len(labels) and csv_lines[2].startswith("RNNsearch-50,0-10,0,10,")
+    assert all(",RNNencdec-50," in line for line in csv_lines[-len(labels) :])  # the paired differences
 
     markdown = [line for line in render(report, "markdown").splitlines() if line.startswith("|")]
-    assert len(markdown) == 2 + 2 * len(labels)
+    assert len(markdown) == 2 + 2 * len(labels) + 2 + len(labels)
 
 
 def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):
@@ -229,7 +240,8 @@ def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):
     axes = figure.axes[0]
     labelled = [line.get_label() for line in axes.get_lines() if not line.get_label().startswith("_")]
     assert [label.split(" ")[0] for label in labelled] == ["RNNsearch-50", "RNNencdec-50"]
-    assert len(axes.collections) == 2  # one confidence band per system
+    bands = [c for c in axes.collections if c.get_label().startswith("_")]  # unlabelled: the bands
+    assert len(bands) == 2  # one confidence band per system
     assert axes.get_xlabel() == "Source sentence length (words)" and axes.get_ylabel() == "BLEU"
     ticks = [tick.get_text() for tick in axes.get_xticklabels()]
     counts = [by_label(report)[bucket["label"]]["count"] for bucket in report["buckets"]]
@@ -326,6 +338,10 @@ def test_cli_plot_curve_combines_saved_reports(files):
         ),
         (["eval", "--hyp", "good.fr", "--ref", "ref.fr", "--by-length"], "give --src SRC"),
         (["plot", "curve", "ref.fr", "-o", "x.png"], "ref.fr: not valid JSON"),
+        (
+            ["eval", "--hyp", "good.fr", "--ref", "ref.fr", "--baseline", "nobody"],
+            "--baseline 'nobody': no system has that label (labels: good)",
+        ),
     ],
 )
 def test_cli_errors_are_one_line_with_exit_code_2(files, args, message):

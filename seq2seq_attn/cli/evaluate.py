@@ -5,19 +5,42 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
-from ..evaluate import System, evaluate, load_systems, merge_reports, parse_edges, read_text, render
+from ..evaluate import (
+    System,
+    comparison_pairs,
+    differing_examples,
+    evaluate,
+    load_systems,
+    merge_reports,
+    parse_edges,
+    read_text,
+    shortlist_subset,
+)
 from ..io import check_writable, read_json, write_text
+from ..report import render
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..translate import Translator
+    from ..vocab import Vocab
 
 DEFAULTS = EvalConfig()
+
+
+def choices(schema: type, key: str) -> list[str]:
+    """The allowed values of a config key, from the schema."""
+    return next(field.metadata["choices"] for field in fields(schema) if field.name == key)
+
 
 plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=True)
 
@@ -25,6 +48,9 @@ plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=
 class BucketBy(str, Enum):
     source = "source"
     reference = "reference"
+
+
+Significance = Enum("Significance", {name: name for name in choices(EvalConfig, "significance")}, type=str)
 
 
 class Format(str, Enum):
@@ -96,9 +122,36 @@ def eval_command(
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw BLEU by length (needs --by-length) to this .png/.pdf/.svg file."
     ),
+    baseline: str | None = typer.Option(
+        None,
+        "--baseline",
+        metavar="LABEL",
+        help="Compare every other system with this one (default: every pair of systems).",
+    ),
+    significance: Significance = typer.Option(
+        DEFAULTS.significance,
+        "--significance",
+        help="Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
+        "or approximate randomization (paired-ar), with --bootstrap resamples or trials.",
+    ),
+    html: Path | None = typer.Option(
+        None,
+        "--html",
+        help="Also write a self-contained HTML report (works offline): the curve, the tables, the "
+        "sentences where the systems differ most and, for --model runs, attention heat maps.",
+    ),
+    moses_bleu: str | None = typer.Option(
+        None,
+        "--moses-bleu",
+        metavar="LANG",
+        help="Also report BLEU-moses: BLEU of text tokenised by the Moses tokenizer for target language "
+        "LANG, with no further tokenisation and no smoothing (the paper's multi-bleu.perl setting).",
+    ),
 ) -> None:
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
-    source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2)."""
+    source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2). A --model
+    run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
+    ("no UNK", Bahdanau et al. 2014, Table 1)."""
     if not hyp and not model:
         raise UserError("give at least one --hyp FILE or --model RUN_DIR")
     if model and src is None:
@@ -109,7 +162,7 @@ def eval_command(
         )
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
-    for destination in (output, plot):  # fail before any work, not after the report is written
+    for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
             check_writable(destination)
     if plot is not None:
@@ -122,14 +175,20 @@ def eval_command(
         bootstrap=bootstrap,
         seed=seed,
         min_bucket_size=min_bucket_size,
+        significance=significance.value,
     )
     systems = load_systems(hyp, label[: len(hyp)])
     references = read_text(ref)
     sources = read_text(src) if src is not None else None
     labels = label[len(hyp) :] or [default_model_label(path) for path in model]
+    comparison_pairs([system.label for system in systems] + labels, baseline)  # a bad --baseline fails early
+    translated = []
     for run, name in zip(model, labels, strict=True):
         folder = output.parent if output is not None else (run if run.is_dir() else run.parent.parent)
-        systems.append(translate_system(run, name, sources, folder / f"{Path(src).stem}.{name}.hyp"))
+        translated.append(translate_run(run, name, sources, folder / f"{Path(src).stem}.{name}.hyp"))
+    systems += [run.system for run in translated]
+    # (label, vocabulary) of the word-vocabulary runs: their shortlists define the "no UNK" sentences
+    shortlists = [(run.system.label, run.vocab) for run in translated if run.vocab.model_type == "word"]
     report = evaluate(
         systems,
         references,
@@ -138,15 +197,33 @@ def eval_command(
         config=config,
         references_path=str(ref),
         sources_path=str(src) if src is not None else "",
+        subsets=[shortlist_subset(shortlists, sources, references)] if shortlists else [],
+        moses_lang=moses_bleu,
+        baseline=baseline,
     )
     write_outputs(report, fmt.value if fmt else None, output, plot)
+    if html is not None:
+        write_html(html, report, systems, references, sources, translated)
 
 
 def default_model_label(run: Path) -> str:
     return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
 
 
-def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) -> System:
+@dataclass(frozen=True)
+class TranslatedRun:
+    """A --model system with what scored and drew it: the run's translator and config."""
+
+    system: System
+    translator: Translator
+    config: Config
+
+    @property
+    def vocab(self) -> Vocab:
+        return self.translator.vocab
+
+
+def translate_run(run: Path, label: str, sources: list[str], hyp_path: Path) -> TranslatedRun:
     """Translate `sources` with a trained run's own decode settings and keep the hypotheses file."""
     from ..checkpoint import load_trained
     from ..device import resolve_device
@@ -154,11 +231,57 @@ def translate_system(run: Path, label: str, sources: list[str], hyp_path: Path) 
 
     device = resolve_device("auto", "--device")
     network, vocab, config = load_trained(run, device)
-    translations = Translator(network, vocab, config.decode, device).translate(sources)
+    translator = Translator(network, vocab, config.decode, device)
+    translations = translator.translate(sources)
     hypotheses = [t.texts[0] if t.texts else "" for t in translations]
     write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
     info(f"eval: translated {len(sources)} lines with {run} -> {hyp_path}")
-    return System(label, hypotheses, str(hyp_path))
+    return TranslatedRun(System(label, hypotheses, str(hyp_path)), translator, config)
+
+
+HTML_HEATMAPS = 3  # attention heat maps per --model run in the HTML report
+
+
+def attention_heatmaps(run: TranslatedRun, sources: list[str]) -> list[dict[str, str]]:
+    """[{"title", "svg"}] of a few sources spread over lengths, as the run attends while translating them."""
+    from ..heatmap import attention_figure, pick_by_length
+    from ..plots import svg_text
+
+    lines = pick_by_length(sources, HTML_HEATMAPS)
+    run.translator.with_attention = True
+    heatmaps = []
+    for line, translation in zip(lines, run.translator.translate([sources[i] for i in lines]), strict=True):
+        found = run.translator.attention(translation) if translation.hypotheses else None
+        if found is not None:
+            title = f"{run.system.label}, line {line + 1} ({len(sources[line].split())} words)"
+            heatmaps.append({"title": title, "svg": svg_text(attention_figure(*found))})
+    return heatmaps
+
+
+def write_html(
+    path: Path,
+    report: dict[str, Any],
+    systems: list[System],
+    references: list[str],
+    sources: list[str] | None,
+    translated: list[TranslatedRun],
+    alignment: dict[str, Any] | None = None,
+) -> None:
+    """The self-contained HTML report (see `html_report`); heat maps of the --model runs with attention."""
+    from ..html_report import render_html
+    from ..plots import curve_figure, svg_text  # matplotlib is slow to import: only when drawing
+
+    curve = svg_text(curve_figure(report)) if report["buckets"] else ""
+    heatmaps = [
+        heatmap
+        for run in translated
+        if run.config.model.attention != "none"
+        for heatmap in attention_heatmaps(run, sources or [])
+    ]
+    examples = differing_examples(report, systems, references, sources)
+    page = render_html(report, curve_svg=curve, examples=examples, heatmaps=heatmaps, alignment=alignment)
+    write_text(path, page)
+    info(f"wrote {path}")
 
 
 def write_outputs(report: dict[str, Any], fmt: str | None, output: Path | None, plot: Path | None) -> None:

@@ -1,0 +1,199 @@
+"""The self-contained HTML report: its sections, the sentences it picks, and a real browser loading it
+offline (headless Chromium: no console message, no network request, the curve drawn)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+from matplotlib.image import imread
+from test_evaluate import corpus
+from typer.testing import CliRunner
+
+from seq2seq_attn.cli import app
+from seq2seq_attn.config import EvalConfig
+from seq2seq_attn.evaluate import System, differing_examples, evaluate
+from seq2seq_attn.heatmap import pick_by_length
+from seq2seq_attn.html_report import render_html
+
+ALIGNMENT = {
+    "method": "argmax",
+    "overall": {"aer": 0.25, "precision": 0.8, "recall": 0.7, "sentences": 10},
+    "by_length": [{"bucket": "0-10", "aer": 0.125, "precision": 0.9, "recall": 0.85, "sentences": 10}],
+    "baseline": {"aer": 0.5, "precision": 0.5, "recall": 0.5, "sentences": 10},
+    "figures": [{"title": "gold links on line 3", "svg": '<svg id="gold-3" width="10" height="10"></svg>'}],
+}
+EXTERNAL = re.compile(r"""(src|href)\s*=\s*["']?(https?:|//)""", re.IGNORECASE)
+
+
+def two_systems() -> tuple[list[str], list[str], list[System]]:
+    sources, references, hypotheses = corpus(80, seed=11, max_words=25)
+    worse = [" ".join(line.split()[::2]) for line in hypotheses]
+    worse[0] = "<b>&amp; not markup</b>"
+    return sources, references, [System("good", hypotheses), System("worse", worse)]
+
+
+def test_examples_are_the_sentences_whose_chrf_differs_most_per_bucket():
+    sources, references, systems = two_systems()
+    config = EvalConfig(buckets=[0, 10, 20], bootstrap=0)
+    report = evaluate(systems, references, sources, by_length=True, config=config)
+    examples = differing_examples(report, systems, references, sources, per_bucket=2)
+    assert [group["bucket"] for group in examples] == ["0-10", "10-20", "20+"]
+    chrf = [
+        [sacrebleu.sentence_chrf(s.hypotheses[i], [references[i]]).score for s in systems] for i in range(80)
+    ]
+    for group, (low, high) in zip(examples, [(0, 10), (10, 20), (20, 99)], strict=True):
+        members = [i for i in range(80) if low <= len(sources[i].split()) < high]
+        spread = sorted(members, key=lambda i: (-(max(chrf[i]) - min(chrf[i])), i))
+        assert [s["line"] for s in group["sentences"]] == spread[:2]
+        for sentence in group["sentences"]:
+            i = sentence["line"]
+            assert (sentence["source"], sentence["reference"]) == (sources[i], references[i])
+            outputs = [(o["label"], o["text"]) for o in sentence["outputs"]]
+            assert outputs == [(s.label, s.hypotheses[i]) for s in systems]
+            assert [o["chrf"] for o in sentence["outputs"]] == pytest.approx(chrf[i])
+
+
+def test_page_has_every_section_escapes_text_and_loads_nothing():
+    sources, references, systems = two_systems()
+    report = evaluate(systems, references, sources, by_length=True, config=EvalConfig(bootstrap=50))
+    examples = differing_examples(report, systems, references, sources)
+    page = render_html(report, curve_svg='<svg id="c"></svg>', examples=examples, alignment=ALIGNMENT)
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2
+    for heading in ("Scores", "Sentences where the systems differ most", "Alignment quality"):
+        assert f"<h2>{heading}</h2>" in page
+    assert '<figure id="curve"><svg id="c"></svg>' in page
+    assert "<td>0.250</td><td>0.800</td><td>0.700</td>" in page  # overall AER, precision, recall
+    assert '<td class="name">baseline (all)</td><td>10</td><td>0.500</td>' in page
+    assert "&lt;b&gt;&amp;amp; not markup&lt;/b&gt;" in page and "<b>" not in page
+    significant = report["comparisons"][0]["rows"]
+    assert page.count('<tr class="significant">') == sum(bool(row["significant"]) for row in significant)
+    assert not EXTERNAL.search(page) and "@import" not in page and "url(" not in page
+    assert "Alignment quality" not in render_html(report)
+
+
+@pytest.fixture(scope="module")
+def html_page(tiny_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`seq2seq eval --html` with a hypothesis file and a --model run (attention heat maps)."""
+    folder = tmp_path_factory.mktemp("html")
+    data = tiny_run_dir.parent / "data"
+    references = (data / "test.tgt").read_text(encoding="utf-8").splitlines()
+    (folder / "copy.hyp").write_text("\n".join(" ".join(r.split()[:-1]) for r in references) + "\n")
+    args = ["eval", "--hyp", str(folder / "copy.hyp"), "--model", str(tiny_run_dir)]
+    args += [
+        "--label",
+        "copy",
+        "--label",
+        "tiny",
+        "--src",
+        str(data / "test.src"),
+        "--ref",
+        str(data / "test.tgt"),
+    ]
+    args += ["--by-length", "--buckets", "0,4,8", "--bootstrap", "100", "--output", str(folder / "r.json")]
+    result = CliRunner().invoke(app, [*args, "--html", str(folder / "report.html")])
+    assert result.exit_code == 0, result.output
+    return folder / "report.html"
+
+
+def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Path, tiny_run_dir: Path):
+    page = html_page.read_text(encoding="utf-8")
+    report = json.loads((html_page.parent / "r.json").read_text())
+    assert '<figure id="curve"><svg' in page
+    heat_maps = re.findall(r"<figcaption>tiny, line (\d+) \((\d+) words\)</figcaption>", page)
+    sources = (tiny_run_dir.parent / "data" / "test.src").read_text(encoding="utf-8").splitlines()
+    expected = [(str(i + 1), str(len(sources[i].split()))) for i in pick_by_length(sources, 3)]
+    assert heat_maps == expected and len(expected) >= 2  # the --model run's, not the hypothesis file's
+    assert page.count("<h3>Bucket ") == len(report["buckets"])
+    assert page.count("<table>") >= 2 + 2 * len(report["subsets"])
+    assert not EXTERNAL.search(page)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a real browser
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--window-size=1280,1400",
+]
+
+
+@functools.cache
+def find_chromium() -> str:
+    """Chromium on PATH, else installed with apt-get (as root); the test is skipped only if neither works."""
+    found = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    if found is None and shutil.which("apt-get") and os.geteuid() == 0:
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            subprocess.run(command, capture_output=True, timeout=900, check=False)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.skip("no Chromium found and none could be installed")
+    return found
+
+
+def browse(page: Path, folder: Path, action: str) -> tuple[str, list[str], list[str]]:
+    """Open `page` in headless Chromium with a fresh profile and do `action` (--dump-dom, --screenshot=...).
+
+    Returns (stdout, the page's console messages, the URLs the page requested from the network).
+    The browser's own background requests carry no initiator ("not an origin") and are left out.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    netlog = folder / "netlog.json"
+    command = [find_chromium(), *FLAGS, f"--user-data-dir={folder / 'profile'}", f"--log-net-log={netlog}"]
+    result = subprocess.run([*command, action, page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
+    text = netlog.read_text(encoding="utf-8").rstrip()
+    log = json.loads(text if text.endswith("}") else text.rstrip(",") + "]}")  # a log cut at exit
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    requests = [
+        event["params"]["url"]
+        for event in log["events"]
+        if event["type"] == start
+        and "url" in event.get("params", {})
+        and event["params"].get("initiator") != "not an origin"
+    ]
+    return result.stdout, console, requests
+
+
+def test_the_checks_catch_console_errors_and_network_requests(tmp_path: Path):
+    """The browser checks below can fail: a page with both problems shows both."""
+    bad = tmp_path / "bad.html"
+    bad.write_text(
+        '<!DOCTYPE html><html><head><link rel="icon" href="data:,"></head><body>'
+        '<img src="http://example.invalid/x.png"><script>console.error("broken")</script></body></html>'
+    )
+    _, console, requests = browse(bad, tmp_path / "browser", "--dump-dom")
+    assert any('"broken"' in line for line in console)
+    assert requests == ["http://example.invalid/x.png"]
+
+
+def test_chromium_loads_the_report_offline_and_draws_the_curve(html_page: Path, tmp_path: Path):
+    dom, console, requests = browse(html_page, tmp_path / "dom", "--dump-dom")
+    assert console == [] and requests == []
+    assert re.search(r'<figure id="curve"><svg[^>]*>', dom) and dom.count("<svg") == 3  # 2 heat maps
+
+    shot = tmp_path / "shot.png"
+    _, console, requests = browse(html_page, tmp_path / "shot", f"--screenshot={shot}")
+    assert console == [] and requests == []
+    pixels = (imread(shot)[..., :3] * 255).astype(int)  # (height, width, rgb)
+    blue = np.abs(pixels - [31, 119, 180]).max(axis=-1) < 30  # matplotlib's first line colour, C0
+    orange = np.abs(pixels - [255, 127, 14]).max(axis=-1) < 30  # the second system's, C1
+    assert blue.sum() > 300 and orange.sum() > 50  # the curves, their bands and markers are drawn
