@@ -72,6 +72,11 @@ def init_ranks(device: str) -> Ranks:
     return ranks
 
 
+def backend() -> str:
+    """The process group's backend (nccl, gloo), for the log."""
+    return dist.get_backend()
+
+
 def shutdown() -> None:
     """End a DDP job cleanly: every rank leaves the group together, with nothing in flight.
 

@@ -78,10 +78,10 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
     progress = Progress() if state is None else restore(state, model, optimizer, schedule, stream, ranks)
     if ranks.is_main:
         _init_run_dir(run_dir, config, vocab, progress.step)
-        ddp = f", DDP with world size {ranks.world_size} ({torch.distributed.get_backend()})"
+        ddp = ranks.is_distributed and f", DDP with world size {ranks.world_size} ({distributed.backend()})"
         console.info(
             f"{'resuming' if state else 'training'} {run_dir} at step {progress.step} on {device}"
-            f"{ddp if ranks.is_distributed else ''} "
+            f"{ddp or ''} "
             f"({sum(p.numel() for p in model.parameters()):,} parameters, {len(stream)} batches/epoch)"
         )
 
