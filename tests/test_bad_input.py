@@ -1,4 +1,4 @@
-"""The bad-input matrix (issue 9): every way a user can hold the tool wrong, through the real CLI.
+"""The bad-input matrix: every way a user can hold the tool wrong, through the real CLI.
 
 Each case builds its own bad input under tmp_path and runs `python -m seq2seq_attn --quiet ...` in a
 subprocess. The contract, the same for every case: exit code 2; stderr is exactly one line starting with

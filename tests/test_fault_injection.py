@@ -1,4 +1,4 @@
-"""Faults during training (issue 9), beyond test_train.py's kills between steps and its in-process torn
+"""Faults during training, beyond test_train.py's kills between steps and its in-process torn
 `torch.save`: SIGKILL in the middle of checkpoint writes, a real write error from the kernel while
 checkpointing, and a metrics line torn by a crash. Each time nothing is lost: every checkpoint on disk
 stays loadable and the resumed run ends bit-identical to an uninterrupted one (CPU).
