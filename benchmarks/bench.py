@@ -60,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--steps",
         type=int,
         default=100,
-        help="updates after the warm-up averaged for the throughput (fewer if a run stops earlier)",
+        help="updates after the warm-up averaged (fewer if a run stops first)",
     )
     add("--log-every", type=int, default=25, help="updates per throughput interval (all toolkits)")
     add(
