@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
             record = run_toolkit(toolkit, folder, settings.beam, env, refs)
             result["toolkits"][toolkit.key]["runs"].append({"rep": rep, **record})
             for stage, others in record.pop("others_cores").items():
-                _warn(result, span_warning(f"{toolkit.label}'s {stage}, repetition {rep + 1}", others))
+                _warn(result, span_warning(f"{toolkit.label} {stage}, repetition {rep + 1}", others))
             if toolkit.key == "ours":
                 extra = ours_extra(args.config, ours_sets, baseline, folder.parent, env)
                 result["ours_extra"].append({"rep": rep, **extra})

@@ -216,10 +216,11 @@ def _context(result: dict[str, Any]) -> list[str]:
         if last < first + s["steps"]
         else ""
     )
-    peak = max((r.get("peak_load") or 0 for t in result["toolkits"].values() for r in t["runs"]), default=0)
+    peaks = [r["peak_load"] for t in result["toolkits"].values() for r in t["runs"] if r.get("peak_load")]
+    peak = f"at most {max(peaks):.2f}" if peaks else "not measured"
     return [
         f"- machine: {summary(m)}{gpu}; {m['os']}; Python {m['python']}; {m['date']}",
-        f"- load: 1-minute load average {m['load_before']:.2f} before the run, at most {peak:.2f} during it "
+        f"- load: 1-minute load average {m['load_before']:.2f} before the run, {peak} during it "
         "(ours included)",
         *(f"- **warning**: {warning}" for warning in result.get("warnings", [])),
         "- toolkits: " + "; ".join(_version(t) for t in result["toolkits"].values()),
@@ -227,7 +228,7 @@ def _context(result: dict[str, Any]) -> list[str]:
         f"- {repetitions}, toolkits alternating, medians shown",
         f"- training: {s['budget_min']:g} min of wall clock from process start{stop}; batch {s['batch']} "
         f"sentences; pairs up to {s['max_len']} pieces; steady state = mean over updates {first}-{last} "
-        f"for every toolkit{short} (intervals of {s['log_every']})",
+        f"for every toolkit, in intervals of {s['log_every']}{short}",
         f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; outputs up to "
         + _output_bound(s),
     ]
