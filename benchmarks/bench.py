@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
             folder = out / f"rep{rep + 1}" / toolkit.key
             record = run_toolkit(toolkit, folder, settings.beam, env, refs)
             result["toolkits"][toolkit.key]["runs"].append({"rep": rep, **record})
-            for stage, others in record.pop("others_cores").items():
+            for stage, others in record["others_cores"].items():
                 _warn(result, span_warning(f"{toolkit.label} {stage}, repetition {rep + 1}", others))
             if toolkit.key == "ours":
                 extra = ours_extra(args.config, ours_sets, baseline, folder.parent, env)
@@ -196,8 +196,8 @@ def run_toolkit(
 
     The throughput per logging interval is kept as `train_points`; the steady rate over the range of
     updates every toolkit reached is taken from them once all have run (report.summarise). The folder is
-    emptied first: a run directory left by an earlier benchmark would be resumed. `others_cores` holds
-    the cores other processes kept busy during each stage (the caller turns it into warnings)."""
+    emptied first: a run directory left by an earlier benchmark would be resumed. `others_cores`: the
+    cores other processes kept busy during each stage (the caller turns them into warnings)."""
     shutil.rmtree(folder, ignore_errors=True)
     trained = run_job(toolkit.train_job(folder), env)
     toolkit.discard_late(folder, trained)

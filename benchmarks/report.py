@@ -63,7 +63,7 @@ def ratio(ours: float | None, peer: float | None) -> float | None:
     return ours / peer if ours is not None and peer else None
 
 
-def apply_window(result: dict[str, Any]) -> tuple[int, int]:
+def apply_window(result: dict[str, Any]) -> None:
     """Every run's steady training rate over the same range of updates (`logs.common_window`), in place."""
     runs = [run for toolkit in result["toolkits"].values() for run in toolkit["runs"]]
     extras = result.get("ours_extra", [])
@@ -75,7 +75,6 @@ def apply_window(result: dict[str, Any]) -> tuple[int, int]:
     for extra in extras:
         extra["noattn_tokens_per_s"] = logs.steady_rate(extra.get("noattn_points", []), window)
     result["window"] = list(window)
-    return window
 
 
 def summarise(result: dict[str, Any]) -> dict[str, Any]:

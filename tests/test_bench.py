@@ -577,6 +577,7 @@ def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     (run,) = result["toolkits"]["ours"]["runs"]
     assert "error" not in run, run
     assert run["params"] > 0 and run["train_steps"] == 6 and run["train_tokens_per_s"] > 0
+    assert set(run["others_cores"]) == {"training", "beam decoding", "greedy decoding"}
     for name in ("beam", "greedy"):
         assert run[f"{name}_sentences_per_s"] > 0 and run[f"{name}_tokens_per_s"] > 0
         assert 0 <= run[f"bleu_{name}"] <= 100
