@@ -38,12 +38,13 @@ from .toolkits import PEERS, Ours, Pieces, Settings, Skip, Toolkit, export_piece
 ROOT = Path(__file__).resolve().parent.parent
 SEQ2SEQ = ["-m", "seq2seq_attn"]
 ALL = ["ours", *PEERS]
+PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 RESULTS = ROOT / "benchmarks/results/side_by_side.md"  # the latest run per device and corpus
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
     add(
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     chosen = args.toolkits.split(",")
     toolkits: list[Toolkit] = []
     result: dict[str, Any] = {
-        "command": "python -m benchmarks.bench " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
         "machine": machine,
         "settings": {
             **_jsonable(vars(args)),

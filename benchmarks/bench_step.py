@@ -36,6 +36,7 @@ from seq2seq_attn.vocab import BOS_ID, EOS_ID
 
 from .machine import LoadWatch, describe, load_warning, own_cpu_seconds, span_warning, summary
 
+PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 FIRST_ID = EOS_ID + 1  # random ids avoid the special ones
 
 
@@ -49,7 +50,7 @@ class Shapes:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
     add("configs", nargs="+", type=Path, help="experiment configs whose `model` section is measured")
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     found = (load_warning(machine["load_before"]), span_warning("the measurements", others))
     warnings = [warning for warning in found if warning]
     result = {
-        "command": "python -m benchmarks.bench_step " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": f"{PROG} " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine,
         "shapes": dataclasses.asdict(shapes),
         "rows": rows,
