@@ -10,6 +10,8 @@ import dataclasses
 import datetime
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,9 +24,10 @@ import torch
 import yaml
 from conftest import TINY_MODEL, tiny_config, write_corpus
 
-from benchmarks import bench, logs, machine, report
+from benchmarks import bench, bench_step, logs, machine, report
 from benchmarks.measure import Job, Measured, launched, run_job
 from benchmarks.toolkits import JoeyNMT, OpenNMT, Ours, Pieces, Settings, Skip, export_pieces, fill
+from seq2seq_attn.config import load_config
 from seq2seq_attn.vocab import build_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -638,3 +641,34 @@ def test_the_committed_report_holds_no_absolute_paths_into_the_repository(tmp_pa
     assert report.portable(result, root) == {
         "runs": [{"train_log": "runs/x/train.log", "other": "/elsewhere/log", "n": 3}]
     }
+
+
+PLACEHOLDERS = {"EN_FR": "DIR", "CONFIG...": "configs/small_rnnsearch.yaml"}  # what the docs leave to fill in
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """Every `python -m benchmarks.X ...` in the docs: (module, arguments), continuation lines joined."""
+    commands = []
+    for doc in ("README.md", "docs/performance.md", "benchmarks/README.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8").replace("\\\n", " ")
+        for match in re.finditer(r"python -m benchmarks\.(\w+)([^`|\n#]*)", text):
+            commands.append((match.group(1), shlex.split(match.group(2))))
+    return commands
+
+
+def test_documented_benchmark_commands_parse_and_their_configs_load():
+    """What the docs tell a user to run: valid options, existing configs, overrides the schema accepts."""
+    commands = _documented_commands()
+    assert {module for module, _ in commands} == {"bench", "bench_step"} and len(commands) >= 10
+    for module, arguments in commands:
+        if arguments == ["--help"]:
+            continue
+        arguments = [PLACEHOLDERS.get(argument, argument) for argument in arguments]
+        if module == "bench":
+            args = bench.parse_args(arguments)
+            configs = [args.config, args.baseline]
+        else:
+            args = bench_step.parse_args(arguments)
+            configs = args.configs
+        for config in configs:
+            load_config(ROOT / config, args.overrides)
