@@ -19,12 +19,12 @@ test: install
 	$(BIN)/python -m pytest -q -n 2 tests
 
 lint: install
-	$(BIN)/ruff check seq2seq_attn tests scripts
-	$(BIN)/ruff format --check seq2seq_attn tests scripts
+	$(BIN)/ruff check seq2seq_attn tests scripts benchmarks
+	$(BIN)/ruff format --check seq2seq_attn tests scripts benchmarks
 
 format: install
-	$(BIN)/ruff check --fix seq2seq_attn tests scripts
-	$(BIN)/ruff format seq2seq_attn tests scripts
+	$(BIN)/ruff check --fix seq2seq_attn tests scripts benchmarks
+	$(BIN)/ruff format seq2seq_attn tests scripts benchmarks
 
 # The headline: RNNsearch vs RNNencdec on the offline synthetic corpus, BLEU by length (runs/demo/).
 demo: install
@@ -50,10 +50,10 @@ reproduce-wmt14: install
 		--label RNNencdec-30 --label RNNencdec-50 --label RNNsearch-30 --label RNNsearch-50 \
 		configs/rnnencdec30.yaml configs/rnnencdec50.yaml configs/rnnsearch30.yaml configs/rnnsearch50.yaml
 
-# Ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 (issue 8) -> docs/PERFORMANCE.md and .json.
-# Peers are pip-installed once into .bench/venvs/. Options: BENCH_ARGS="--corpus ../shared/corpora/en-fr --reps 1"
+# Ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 -> benchmarks/results/side_by_side.md and .json.
+# Peers are pip-installed on first use into .bench/venvs/ (benchmarks/README.md). BENCH_ARGS="--corpus DIR --reps 1"
 bench: install
-	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
+	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
 
 # Every GPU path in one command of at most 10 minutes, results in GPU_CHECK_OUT (docs/gpu.md). Installs
 # nothing: runs in place with the venv's Python when there is one. On a CPU: GPU_CHECK_ARGS="--device cpu --quick"

@@ -22,7 +22,7 @@
 # temporary folder, removed at the end).
 set -uo pipefail
 
-BENCH_STEP=scripts/bench_step.py  # the model micro-benchmark, relative to the repository
+BENCH_STEP=benchmarks.bench_step  # the model micro-benchmark, a module run from the repository root
 
 # Time limits in seconds. The stages' sum exceeds TOTAL_S: a stage that ends early leaves its time to the
 # next ones, and each stage gets at most what is left of TOTAL_S.
@@ -161,7 +161,7 @@ else
     PAPER_SHAPES=(--batch 80 --vocab 30000)
     COMPILE=(--compile)
 fi
-BENCH=("$PYTHON" "$BENCH_STEP" --device "$DEVICE" --precision fp32,bf16 "${COMPILE[@]}")
+BENCH=("$PYTHON" -m "$BENCH_STEP" --device "$DEVICE" --precision fp32,bf16 "${COMPILE[@]}")
 mkdir -p "$OUT/bench"
 # the eager-only configs first (Luong's score and RNNencdec have nothing to compile)
 stage bench-small "$BENCH_SMALL_S" bash -c 'bench_each "$@"' _ "$OUT/bench" configs/small_rnnencdec.yaml \

@@ -261,7 +261,7 @@ class TrainConfig:
     compile: bool = option(
         False,
         "Run the additive attention's per-step work (and its gradient) through torch.compile: "
-        "RNNsearch updates 10-15% faster on a CPU (docs/SPEED.md), after seconds of compiling; needs a "
+        "RNNsearch updates 10-15% faster on a CPU (docs/performance.md), after seconds of compiling; needs a "
         "C++ compiler (Triton on a GPU). Validation's search uses it too.",
     )
     batch_type: str = option(

@@ -34,6 +34,7 @@ def attention_dtype(device_type: str) -> torch.dtype:
     """The dtype of attention's scores, softmax and context products under autocast.
 
     On a CPU these are elementwise work and small per-sentence products (batch x 1 x src_len @ src_len x
-    annotation), which run faster in fp32 than in bf16 there (docs/SPEED.md); on a GPU, the autocast dtype.
+    annotation), which run faster in fp32 than in bf16 there (docs/performance.md); on a GPU, the autocast
+    dtype.
     """
     return torch.float32 if device_type == "cpu" else torch.get_autocast_dtype(device_type)

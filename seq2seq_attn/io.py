@@ -122,10 +122,6 @@ def read_lines(path: str | Path) -> Iterator[str]:
             raise UserError(f"{path}: cannot read ({err})") from None
 
 
-def count_lines(path: str | Path) -> int:
-    return sum(1 for _ in read_lines(path))
-
-
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -1,4 +1,4 @@
-"""The benchmark harness (scripts/bench.py, scripts/bench/): logs, statistics, reports, processes, data.
+"""The benchmark harness (benchmarks/): logs, statistics, reports, processes, machine and load, data.
 
 The peers themselves are not run here (they need their own virtual environments and minutes); their log
 formats are checked on excerpts of real log lines. Our side runs end to end on a tiny corpus (slow mark).
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import importlib.util
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,26 +20,17 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from conftest import TINY_MODEL, tiny_config, write_corpus
+
+from benchmarks import bench, bench_step, logs, machine, report
+from benchmarks.measure import Job, Measured, launched, run_job
+from benchmarks.toolkits import JoeyNMT, OpenNMT, Ours, Pieces, Settings, Skip, export_pieces, fill
+from seq2seq_attn.config import load_config
+from seq2seq_attn.vocab import build_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from bench import logs, report  # noqa: E402
-from bench.measure import Job, Measured, launched, run_job  # noqa: E402
-from bench.toolkits import (  # noqa: E402
-    JoeyNMT,
-    OpenNMT,
-    Ours,
-    Pieces,
-    Settings,
-    Skip,
-    export_pieces,
-    fill,
-)
-from conftest import TINY_MODEL, tiny_config, write_corpus  # noqa: E402
-
-from seq2seq_attn.vocab import build_vocab  # noqa: E402
 
 OPENNMT_LOG = """\
 [2026-11-21 10:00:00,001 INFO] * number of parameters: 1151308
@@ -75,7 +67,6 @@ OURS_METRICS = "\n".join(
 )
 def test_training_throughput_points_come_from_each_toolkits_log(toolkit, text, points):
     assert logs.train_points(toolkit, text) == points
-    assert logs.last_step(points) == 50
 
 
 @pytest.mark.parametrize(
@@ -93,9 +84,16 @@ def test_parameter_counts(toolkit, text, count):
 
 def test_steady_rate_averages_the_window_after_the_warmup():
     points = [(25, 100.0), (50, 200.0), (75, 300.0), (100, 400.0), (125, 1000.0)]
-    assert logs.steady_rate(points, warmup=25, window=75) == (300.0, 100)
-    assert logs.steady_rate(points, warmup=100, window=500) == (1000.0, 125)  # cut short by the budget
-    assert logs.steady_rate(points, warmup=125, window=50) == (None, 0)  # never past the warm-up
+    assert logs.steady_rate(points, (25, 100)) == 300.0
+    assert logs.steady_rate(points, (125, 175)) is None  # never past the warm-up
+
+
+def test_the_window_is_the_same_updates_for_every_run_cut_where_the_shortest_log_ends():
+    full = [(step, 1.0) for step in range(25, 501, 25)]
+    stopped = [(25, 1.0), (50, 1.0), (75, 1.0)]  # its budget ran out at update 75..99
+    never = [(25, 1.0)]  # did not get past the warm-up: no figure, and it cuts no one's window
+    assert logs.common_window([full, full], warmup=25, steps=100) == (25, 125)
+    assert logs.common_window([full, stopped, never, []], warmup=25, steps=100) == (25, 75)
 
 
 @pytest.mark.parametrize(
@@ -138,9 +136,12 @@ def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
         return [{"rep": rep, **value} for rep, value in enumerate(values)]
 
     return {
-        "command": "python scripts/bench.py --reps 3",
+        "command": "python -m benchmarks.bench --reps 3",
         "machine": {
             "cpu": "AMD EPYC",
+            "cpu_flags": ["avx", "avx2", "avx512_bf16", "avx512f", "fma"],
+            "cpu_capability": "AVX512",
+            "load_before": 0.1,
             "cores": 2,
             "torch": "2.13.0",
             "torch_threads": 2,
@@ -164,15 +165,16 @@ def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
             "max_output_ratio": 1.5,
         },
         "corpus": {"id": corpus, "name": corpus, "pairs": {"train": 20000, "valid": 500, "test": 1000}},
+        "warnings": ["other processes kept 1.20 cores busy during ours training, repetition 2"],
         "toolkits": {
             "ours": {
                 "label": "ours",
                 "version": {"version": "0.1.0"},
                 "runs": runs(
                     [
-                        {"train_tokens_per_s": 9000.0, "beam_sentences_per_s": 100.0, "bleu_beam": 30.0},
-                        {"train_tokens_per_s": 8000.0, "beam_sentences_per_s": 120.0, "bleu_beam": 32.0},
-                        {"train_tokens_per_s": 10000.0, "beam_sentences_per_s": 90.0, "bleu_beam": 31.0},
+                        {"train_points": _flat(9000.0), "beam_sentences_per_s": 100.0, "bleu_beam": 30.0},
+                        {"train_points": _flat(8000.0), "beam_sentences_per_s": 120.0, "bleu_beam": 32.0},
+                        {"train_points": _flat(10000.0), "beam_sentences_per_s": 90.0, "bleu_beam": 31.0},
                     ]
                 ),
             },
@@ -181,19 +183,25 @@ def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
                 "version": {"version": "2.3.0"},
                 "runs": runs(
                     [
-                        {"train_tokens_per_s": 1500.0, "beam_sentences_per_s": 60.0, "bleu_beam": 20.0},
-                        {"train_tokens_per_s": 1700.0, "error": "beam decoding failed (exit 1), see x.log"},
+                        {"train_points": _flat(1500.0), "beam_sentences_per_s": 60.0, "bleu_beam": 20.0},
+                        {"train_points": _flat(1700.0), "error": "beam decoding failed (exit 1), see x.log"},
                     ]
                 ),
             },
             "opennmt": {"label": "OpenNMT-py 3.5.1", "skipped": "could not install", "runs": []},
         },
-        "ours_extra": runs([{"prepare_s": 2.0, "noattn_tokens_per_s": 20000.0}, {"prepare_s": 4.0}]),
+        "ours_extra": runs([{"prepare_s": 2.0, "noattn_points": _flat(20000.0)}, {"prepare_s": 4.0}]),
     }
+
+
+def _flat(rate: float, last: int = 125) -> list[list[float]]:
+    """A training log at a constant rate every 25 updates up to `last`, as the JSON keeps it."""
+    return [[step, rate] for step in range(25, last + 1, 25)]
 
 
 def test_medians_ratios_and_targets():
     result = report.summarise(_result())
+    assert result["window"] == [25, 125]
     ours, joey = result["toolkits"]["ours"]["median"], result["toolkits"]["joeynmt"]["median"]
     assert ours["train_tokens_per_s"] == 9000.0 and ours["beam_sentences_per_s"] == 100.0
     assert joey["train_tokens_per_s"] == 1600.0  # median of two
@@ -220,8 +228,78 @@ def test_gpu_targets_are_stricter_and_missing_figures_give_no_verdict():
     assert [t["met"] for t in targets] == [None, None, None, None]
 
 
+def test_every_toolkit_is_measured_over_the_same_updates_and_the_header_says_which():
+    result = _result()
+    rising = [[step, float(step)] for step in range(25, 201, 25)]  # ours: faster the longer it runs
+    result["toolkits"]["ours"]["runs"] = [{"rep": 0, "train_points": rising, "train_steps": 210}]
+    result["toolkits"]["joeynmt"]["runs"] = [{"rep": 0, "train_points": _flat(1500.0, last=75)}]
+    result["ours_extra"] = [{"rep": 0, "noattn_points": rising}]
+    report.summarise(result)
+    assert result["window"] == [25, 75]
+    assert result["toolkits"]["ours"]["median"]["train_tokens_per_s"] == 62.5  # updates 50 and 75 only
+    assert result["toolkits"]["joeynmt"]["median"]["train_tokens_per_s"] == 1500.0
+    assert result["ours_median"]["noattn_tokens_per_s"] == 62.5
+    text = report.markdown({"cpu synthetic": result})
+    assert (
+        "steady state = mean over updates 25-75 for every toolkit, in intervals of 25 (asked for 25-125; "
+        "the shortest run's log ends at update 75)" in text
+    )
+    assert "| training: updates in the budget (the decoded checkpoint's) | 210 |" in text
+
+
+def test_the_report_names_the_cpu_its_flags_and_torch_and_warns_of_competing_load():
+    text = report.markdown({"cpu synthetic": report.summarise(_result())})
+    assert (
+        "- machine: AMD EPYC, 2 cores; flags: avx avx2 avx512_bf16 avx512f fma; ATen kernels AVX512; "
+        "torch 2.13.0 (2 threads)" in text
+    )
+    assert "- load: 1-minute load average 0.10 before the run, not measured during it" in text
+    assert "- **warning**: other processes kept 1.20 cores busy during ours training, repetition 2" in text
+
+
+def test_cpu_model_and_flags_come_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum\n"
+        "flags\t\t: fpu sse4_2 avx2 fma avx512f avx512_bf16 amx_tile avx_vnni f16c\n"
+        "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum\nflags\t\t: fpu\n",
+        encoding="utf-8",
+    )
+    assert machine.cpu_model_and_flags(cpuinfo) == (
+        "Intel(R) Xeon(R) Platinum",
+        ["amx_tile", "avx2", "avx512_bf16", "avx512f", "avx_vnni", "f16c", "fma"],
+    )
+    described = machine.describe("cpu", threads=0)
+    assert described["torch"] == torch.__version__ and described["torch_threads"] == torch.get_num_threads()
+    assert described["load_before"] >= 0 and described["cpu_capability"]
+
+
+def test_load_warnings_before_and_during_a_run(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  300 100 200 5000 400 50 50 0 0 0\ncpu0 1 2 3\n", encoding="utf-8")
+    assert machine.busy_cpu_seconds(stat) == pytest.approx(700 / os.sysconf("SC_CLK_TCK"))
+    assert machine.load_warning(0.2) is None
+    assert "load average was 1.70 before the run" in machine.load_warning(1.7)
+    assert machine.span_warning("training", None) is None and machine.span_warning("training", 0.3) is None
+    assert machine.span_warning("training", 0.9) == "other processes kept 0.90 cores busy during training"
+
+
+def test_run_job_counts_the_cores_other_processes_keep_busy(tmp_path):
+    """A competitor spinning on one core while the measured job runs is another process's load."""
+    spin = "import time\nend = time.perf_counter() + {}\nwhile time.perf_counter() < end: pass\n"
+    competitor = subprocess.Popen([sys.executable, "-c", spin.format(4)])
+    try:
+        time.sleep(0.3)
+        measured = run_job(Job([sys.executable, "-c", spin.format(1.5)], tmp_path / "job.log"))
+    finally:
+        competitor.kill()
+        competitor.wait()
+    assert measured.others_cores is not None and measured.others_cores > 0.6
+    assert measured.peak_load is not None and measured.peak_load >= 0
+
+
 def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
-    doc = tmp_path / "docs" / "PERFORMANCE.md"
+    doc = tmp_path / "results" / "side_by_side.md"
     doc.parent.mkdir()
     report.save(report.summarise(_result("cuda")), doc)
     report.save(report.summarise(_result("cpu", "en-fr")), doc)
@@ -246,7 +324,7 @@ def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
     assert "- OpenNMT-py 3.5.1 skipped: could not install" in text
     assert "- JoeyNMT 2.3.0, repetition 2: beam decoding failed (exit 1), see x.log" in text
     assert "| data prepare (s) | 3.0 |" in text
-    assert "    python scripts/bench.py --reps 3" in text
+    assert "    python -m benchmarks.bench --reps 3" in text
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -279,7 +357,7 @@ def test_run_job_interrupts_at_the_budget_even_when_started_with_sigint_ignored(
     launch.py, through which every toolkit runs, restores KeyboardInterrupt so the budget still stops it."""
     child = tmp_path / "child.py"
     child.write_text("import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('saved')\n")
-    argv = [sys.executable, str(ROOT / "scripts/bench/launch.py"), str(child)]
+    argv = launched(sys.executable, [str(child)])
     job = Job(argv, tmp_path / "train.log", interrupt_after=2.0)
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a background shell gives its jobs
     try:
@@ -294,12 +372,13 @@ def test_run_job_interrupts_at_the_budget_even_when_started_with_sigint_ignored(
 
 def test_a_process_that_ignores_the_interrupt_is_terminated(tmp_path):
     code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
-    job = Job([sys.executable, "-c", code], tmp_path / "train.log", interrupt_after=0.5, settle=0.5)
+    # 3 s: time for the child to start and ignore SIGINT even on a loaded machine
+    job = Job([sys.executable, "-c", code], tmp_path / "train.log", interrupt_after=3.0, settle=0.5)
     started = time.time()
     measured = run_job(job)
     assert measured.interrupted and measured.returncode == -signal.SIGTERM
     assert measured.seconds < 30
-    assert started + 0.4 < measured.deadline < started + 5
+    assert started + 2.9 < measured.deadline < started + 8
 
 
 def test_opennmt_updates_and_checkpoints_after_the_budget_do_not_count(tmp_path):
@@ -317,7 +396,30 @@ def test_opennmt_updates_and_checkpoints_after_the_budget_do_not_count(tmp_path)
     measured = Measured(0, 12.0, 100.0, None, True, tmp_path / "train.log", deadline=budget_end)
     peer.discard_late(folder, measured)
     assert peer.checkpoint(folder) == folder / "model" / "gru_step_25.pt"
+    assert peer.trained_steps(folder) == 25  # where its training stopped, as far as the decoded model goes
     assert not (folder / "model" / "gru_step_50.pt").exists()
+
+
+def test_updates_in_the_budget_are_those_of_the_decoded_checkpoint(tmp_path):
+    folder = tmp_path / "run"
+    (folder / "model" / "checkpoints").mkdir(parents=True)
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data", _peer_dir(tmp_path))
+    assert ours.trained_steps(folder) is None
+    payload = {"model": {"w": torch.zeros(1)}, "config": {}, "step": 137}
+    torch.save(payload, folder / "model" / "checkpoints" / "latest.pt")
+    assert ours.trained_steps(folder) == 137  # logged every 25 updates, stopped at 137 by the budget
+
+    joeynmt = JoeyNMT(tmp_path / "cache", tmp_path / "peer-data", None, SETTINGS, "2.13.0")
+    (folder / "model" / "150.ckpt").write_bytes(b"weights")
+    (folder / "model" / "latest.ckpt").symlink_to("150.ckpt")  # what JoeyNMT writes on the interrupt
+    assert joeynmt.trained_steps(folder) == 150
+
+
+def _peer_dir(tmp_path: Path) -> Path:
+    peer_dir = tmp_path / "peer-data"
+    peer_dir.mkdir(exist_ok=True)
+    (peer_dir / "test.src").write_text("a b c\nd e f g h\n", encoding="utf-8")
+    return peer_dir
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -381,9 +483,7 @@ def test_peer_configs_are_complete_and_matched(peer, tmp_path):
 def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
     """OpenNMT-py's -max_length_ratio R allows R x source + 5 pieces (its translator adds 5), and its
     absolute -max_length (250 by default) must not cut in first; ours gets a = R, b = 5."""
-    peer_dir = tmp_path / "peer-data"
-    peer_dir.mkdir()
-    (peer_dir / "test.src").write_text("a b c\nd e f g h\n", encoding="utf-8")
+    peer_dir = _peer_dir(tmp_path)
     folder = tmp_path / "rep1"
     opennmt = OpenNMT(tmp_path / "cache", peer_dir, None, SETTINGS, "2.13.0")
     argv = opennmt.decode_job(folder / "opennmt", 5, tmp_path / "o.txt").argv
@@ -445,13 +545,16 @@ def test_peers_get_our_pieces_and_their_output_detokenises_like_ours(tmp_path):
 
 
 def test_bad_toolkit_names_are_refused():
-    spec = importlib.util.spec_from_file_location("bench_script", ROOT / "scripts" / "bench.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     with pytest.raises(SystemExit) as stop:
-        script.parse_args(["--toolkits", "ours,marian"])
+        bench.parse_args(["--toolkits", "ours,marian"])
     assert stop.value.code == 2
-    assert script.parse_args(["--toolkits", "ours", "--reps", "2"]).reps == 2
+    assert bench.parse_args(["--toolkits", "ours", "--reps", "2"]).reps == 2
+
+
+def test_a_peer_not_installed_with_no_install_says_how_to_install_it(tmp_path):
+    peer = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, SETTINGS, "2.13.0")
+    with pytest.raises(Skip, match="run without --no-install to pip-install it there"):
+        peer.setup(install=False)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -463,18 +566,21 @@ def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     corpus = tmp_path / "corpus"
     write_corpus(corpus, n=120)
     model = [f"--set=model.{key}={value}" for key, value in TINY_MODEL.items()]
-    command = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--toolkits", "ours", "--reps", "1"]
+    command = [sys.executable, "-m", "benchmarks.bench", "--toolkits", "ours", "--reps", "1"]
     command += ["--corpus", str(corpus), "--src-lang", "src", "--tgt-lang", "tgt", "--budget", "2"]
     command += ["--max-steps", "6", "--warmup", "2", "--steps", "4", "--log-every", "2", "--threads", "1"]
     command += ["--set=vocab.size=40", "--set=vocab.threads=1", *model]
-    command += ["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "PERFORMANCE.md")]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    command += ["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "report.md")]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
 
-    result = json.loads((tmp_path / "PERFORMANCE.json").read_text(encoding="utf-8"))["cpu corpus"]
+    result = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["cpu corpus"]
+    assert result["window"] == [2, 6]
+    assert "avx2" in result["machine"]["cpu_flags"] or not Path("/proc/cpuinfo").exists()
     (run,) = result["toolkits"]["ours"]["runs"]
     assert "error" not in run, run
     assert run["params"] > 0 and run["train_steps"] == 6 and run["train_tokens_per_s"] > 0
+    assert set(run["others_cores"]) == {"training", "beam decoding", "greedy decoding"}
     for name in ("beam", "greedy"):
         assert run[f"{name}_sentences_per_s"] > 0 and run[f"{name}_tokens_per_s"] > 0
         assert 0 <= run[f"bleu_{name}"] <= 100
@@ -487,7 +593,7 @@ def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     ).exists()  # scratch data removed, logs kept
     assert (tmp_path / "out" / "rep1" / "prep-timing" / "vocab.log").is_file()
     assert list(result["toolkits"]) == ["ours"]
-    text = (tmp_path / "PERFORMANCE.md").read_text(encoding="utf-8")
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "| training: target tokens/s (steady state) |" in text and "|  | ours |" in text
 
 
@@ -495,13 +601,7 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({"model": TINY_MODEL}))
     out = tmp_path / "step"
-    command = [
-        sys.executable,
-        str(ROOT / "scripts" / "bench_step.py"),
-        str(config),
-        "--precision",
-        "fp32,bf16",
-    ]
+    command = [sys.executable, "-m", "benchmarks.bench_step", str(config), "--precision", "fp32,bf16"]
     options = [
         "--batch",
         "3",
@@ -517,7 +617,7 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
         "2",
     ]
     done = subprocess.run(
-        [*command, *options, "--out", str(out)], capture_output=True, text=True, timeout=300
+        [*command, *options, "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.with_suffix(".json").read_text())
@@ -526,8 +626,12 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
         assert row["parameters"] > 0 and row["train_ms"] > 0 and row["beam_ms_per_step"] > 0
         assert row["train_tokens_per_s"] == pytest.approx(3 * 4 / (row["train_ms"] / 1000), rel=0.01)
         assert row["beam_sentences_per_s"] > 0
-    assert out.with_suffix(".md").read_text().count("| tiny |") == 2
-    bad = subprocess.run([*command[:3], "--precision", "fp16"], capture_output=True, text=True, timeout=60)
+    assert result["machine"]["torch"] == torch.__version__ and result["machine"]["load_before"] >= 0
+    text = out.with_suffix(".md").read_text()
+    assert text.count("| tiny |") == 2 and "- machine: " in text and "cores busy meanwhile" in text
+    bad = subprocess.run(
+        [*command[:4], "--precision", "fp16"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert bad.returncode == 2 and "--precision" in bad.stderr
 
 
@@ -537,3 +641,34 @@ def test_the_committed_report_holds_no_absolute_paths_into_the_repository(tmp_pa
     assert report.portable(result, root) == {
         "runs": [{"train_log": "runs/x/train.log", "other": "/elsewhere/log", "n": 3}]
     }
+
+
+PLACEHOLDERS = {"EN_FR": "DIR", "CONFIG...": "configs/small_rnnsearch.yaml"}  # what the docs leave to fill in
+
+
+def _documented_commands() -> list[tuple[str, list[str]]]:
+    """Every `python -m benchmarks.X ...` in the docs: (module, arguments), continuation lines joined."""
+    commands = []
+    for doc in ("README.md", "docs/performance.md", "benchmarks/README.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8").replace("\\\n", " ")
+        for match in re.finditer(r"python -m benchmarks\.(\w+)([^`|\n#]*)", text):
+            commands.append((match.group(1), shlex.split(match.group(2))))
+    return commands
+
+
+def test_documented_benchmark_commands_parse_and_their_configs_load():
+    """What the docs tell a user to run: valid options, existing configs, overrides the schema accepts."""
+    commands = _documented_commands()
+    assert {module for module, _ in commands} == {"bench", "bench_step"} and len(commands) >= 10
+    for module, arguments in commands:
+        if arguments == ["--help"]:
+            continue
+        arguments = [PLACEHOLDERS.get(argument, argument) for argument in arguments]
+        if module == "bench":
+            args = bench.parse_args(arguments)
+            configs = [args.config, args.baseline]
+        else:
+            args = bench_step.parse_args(arguments)
+            configs = args.configs
+        for config in configs:
+            load_config(ROOT / config, args.overrides)

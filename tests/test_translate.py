@@ -256,7 +256,7 @@ def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):
 
 
 def test_compile_is_for_beam_search_only(trained):
-    """decode.compile: greedy search gains nothing from it (docs/SPEED.md), so it never compiles."""
+    """decode.compile: greedy search gains nothing from it (docs/performance.md), so it never compiles."""
     model = trained[0]
     assert make_translator(trained, beam_size=2, compile=True).model.decoder.attention.compiled
     assert not make_translator(trained, beam_size=1, compile=True).model.decoder.attention.compiled

@@ -48,12 +48,13 @@ def main() -> None:
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
         min_len=0,
+        min_len_a=0.0,
         no_repeat_ngram=0,
         batch_tokens=args.batch_tokens,
         replace_unk=False,
+        max_src_tokens=2**31 - 1,  # the peers never cut a test source: neither do we (default: 256 pieces)
     )
-    # the peers never cut a test source: neither do we (our default cuts at 256 pieces)
-    translator = Translator(model, vocab, settings, device, max_src_tokens=2**31 - 1)
+    translator = Translator(model, vocab, settings, device)
     lines = list(read_lines(args.input))
 
     start = time.perf_counter()

@@ -5,7 +5,8 @@ excluded, EOS included) by all three toolkits:
     ours        metrics.jsonl: {"step": 50, ..., "tokens_per_s": 5123.4, ...}
     OpenNMT-py  "Step  50/  300; acc: ...; 1234/5678 tok/s; 12 sec;"  (source/target tokens per second)
     JoeyNMT     "Epoch   1, Step:       50, Batch Loss: ..., Tokens per Sec:     5678, Lr: 0.001000"
-The steady state is the mean over the intervals that end after the warm-up, within a fixed window.
+The steady state is the mean over the intervals that end in one range of updates, the same for every
+toolkit: after the warm-up, up to where the shortest run's log ends (`common_window`).
 
 Decoding time, excluding start-up and model loading:
     ours        "Decoding took 1.2345 s for 1000 sentences and 23456 target tokens" (ours_decode.py)
@@ -61,21 +62,25 @@ def _logged_after(line: str, until: float) -> bool:
     return logged + int(match.group(2)) / 1000 > until
 
 
-def steady_rate(points: list[tuple[int, float]], warmup: int, window: int) -> tuple[float | None, int]:
-    """Mean rate of the intervals ending in (warmup, warmup + window], and the last step it covers.
+def common_window(runs: list[list[tuple[int, float]]], warmup: int, steps: int) -> tuple[int, int]:
+    """The range of updates (warmup, last] every run's throughput is averaged over: the same for all.
 
-    All intervals are `log every` updates long, so the mean of their rates weighs them equally. A run
-    that stopped inside the window (wall-clock budget) is averaged over what it reached; (None, 0) when it
-    did not get past the warm-up.
+    `last` is warmup + steps, or less when a run's log ends earlier (the wall-clock budget ran out first):
+    then the last interval that run logged. A run that never got past the warm-up has no figure and does
+    not shorten the others' window.
     """
-    inside = [(step, rate) for step, rate in points if warmup < step <= warmup + window]
-    if not inside:
-        return None, 0
-    return fmean(rate for _, rate in inside), max(step for step, _ in inside)
+    ends = [max(step for step, _ in points) for points in runs if points]
+    return warmup, min([warmup + steps, *(end for end in ends if end > warmup)])
 
 
-def last_step(points: list[tuple[int, float]]) -> int:
-    return max((step for step, _ in points), default=0)
+def steady_rate(points: list[tuple[int, float]], window: tuple[int, int]) -> float | None:
+    """Mean rate of the intervals ending in (first, last] of `window`; None when the run has none there.
+
+    All intervals are `log every` updates long, so the mean of their rates weighs them equally.
+    """
+    first, last = window
+    inside = [rate for step, rate in points if first < step <= last]
+    return fmean(inside) if inside else None
 
 
 def parameters(toolkit: str, text: str) -> int | None:

@@ -10,15 +10,16 @@ and stop; OpenNMT-py saves none, so it is configured to save often. A process st
 after the interrupt gets SIGTERM (OpenNMT-py once kept training through SIGINT), and one still alive `grace`
 seconds after it is killed. `Measured.deadline` is when the budget ran out, so that what a toolkit wrote
 after it (OpenNMT-py's later checkpoints and log lines) can be left out.
+
+While the process runs, `machine.LoadWatch` measures how many cores other processes kept busy, so that a
+figure taken on a loaded machine carries a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
-import platform
 import signal
 import subprocess
 import threading
@@ -26,7 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LAUNCHER = Path(__file__).with_name("launch.py")
+from .machine import LoadWatch
+
+LAUNCHER = Path(__file__).with_name("launcher") / "launch.py"
 STATS_ENV = "BENCH_STATS_FILE"  # where launch.py writes the child's GPU memory peak
 
 
@@ -55,6 +58,8 @@ class Measured:
     interrupted: bool  # the budget ran out and SIGINT was sent
     log: Path
     deadline: float | None = None  # epoch seconds at which the budget ran out
+    others_cores: float | None = None  # cores other processes kept busy meanwhile (machine.LoadWatch)
+    peak_load: float | None = None  # highest 1-minute load average seen meanwhile, ours included
 
     def text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")
@@ -78,7 +83,7 @@ def run_job(job: Job, base_env: dict[str, str] | None = None) -> Measured:
         stdout = files.enter_context(open(job.stdout, "wb")) if job.stdout else log
         log.write("+ " + " ".join(job.argv) + "\n")
         log.flush()
-        start, started = time.perf_counter(), time.time()
+        start, started, watch = time.perf_counter(), time.time(), LoadWatch()
         process = subprocess.Popen(job.argv, cwd=job.cwd, env=env, stdin=stdin, stdout=stdout, stderr=log)
         timers = []
         if job.interrupt_after is not None:
@@ -96,6 +101,7 @@ def run_job(job: Job, base_env: dict[str, str] | None = None) -> Measured:
             for timer in timers:
                 timer.cancel()
         seconds = time.perf_counter() - start
+        others = watch.stop(own_seconds=usage.ru_utime + usage.ru_stime)
         process.returncode = os.waitstatus_to_exitcode(status)
     return Measured(
         returncode=process.returncode,
@@ -105,6 +111,8 @@ def run_job(job: Job, base_env: dict[str, str] | None = None) -> Measured:
         interrupted=interrupted.is_set(),
         log=job.log,
         deadline=None if job.interrupt_after is None else started + job.interrupt_after,
+        others_cores=others,
+        peak_load=watch.peak_load,
     )
 
 
@@ -124,36 +132,6 @@ def _cuda_peak(stats: Path) -> float | None:
         return None
     peak = json.loads(stats.read_text(encoding="utf-8")).get("cuda_max_memory_allocated")
     return None if peak is None else peak / 2**20
-
-
-def machine(device: str, threads: int) -> dict[str, object]:
-    """What the figures were measured on; `threads` is what the processes were given (0: torch's default)."""
-    import torch
-
-    description: dict[str, object] = {
-        "cpu": _cpu_model(),
-        "cores": len(os.sched_getaffinity(0)),
-        "torch": torch.__version__,
-        "torch_threads": threads or torch.get_num_threads(),
-        "python": platform.python_version(),
-        "os": f"{platform.system()} {platform.release()}",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device,
-    }
-    if device == "cuda":
-        description["gpu"] = torch.cuda.get_device_name(0)
-        description["cuda"] = torch.version.cuda
-    return description
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def package_version(python: str | Path, package: str) -> str:

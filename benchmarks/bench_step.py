@@ -1,17 +1,18 @@
 """Micro-benchmark of our models alone: one training update and one beam-search step, on fixed shapes.
 
-`scripts/bench.py` compares whole toolkits on a corpus; this script isolates the model, so the effect of
-one change (precision, torch.compile, a config key) is measured without data loading, bucketing or output
+`benchmarks.bench` compares whole toolkits on a corpus; this isolates the model, so the effect of one change
+(precision, torch.compile, a config key, the CPU) is measured without data loading, bucketing or output
 lengths in the way. Every variant gets random ids of the same shapes: `--batch` sentences of `--src-len`
 source and `--tgt-len` target tokens, vocabularies of `--vocab`. Beam search runs exactly `--tgt-len` steps
 (min and max length both set to it), so its time per step is comparable across models. `--compile` adds
 variants whose attention runs compiled (`train.compile` / `decode.compile`), training and search.
 
-    python scripts/bench_step.py configs/small_rnnsearch.yaml configs/small_rnnencdec.yaml \\
-        --precision fp32,bf16 --compile --out docs/STEP_BENCH
+    python -m benchmarks.bench_step configs/small_rnnsearch.yaml configs/small_luong.yaml \\
+        --precision fp32,bf16 --out benchmarks/results/step
 
-writes docs/STEP_BENCH.json and docs/STEP_BENCH.md (one row per config x precision x compile). With
-`--profile` the torch.profiler table of the heaviest operators is printed for every variant.
+writes benchmarks/results/step.json and step.md (one row per config x precision x compile, under the CPU
+model, its flags and whether other processes competed). With `--profile` the torch.profiler table of the
+heaviest operators is printed for every variant.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,16 +27,16 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from seq2seq_attn.config import load_config
+from seq2seq_attn.device import bf16_autocast
+from seq2seq_attn.io import write_json, write_text
+from seq2seq_attn.model import build_model
+from seq2seq_attn.search import beam_search
+from seq2seq_attn.vocab import BOS_ID, EOS_ID
 
-from seq2seq_attn.config import load_config  # noqa: E402
-from seq2seq_attn.device import bf16_autocast  # noqa: E402
-from seq2seq_attn.io import write_json, write_text  # noqa: E402
-from seq2seq_attn.model import build_model  # noqa: E402
-from seq2seq_attn.search import beam_search  # noqa: E402
-from seq2seq_attn.vocab import BOS_ID, EOS_ID  # noqa: E402
+from .machine import LoadWatch, describe, load_warning, own_cpu_seconds, span_warning, summary
 
+PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 FIRST_ID = EOS_ID + 1  # random ids avoid the special ones
 
 
@@ -50,7 +50,7 @@ class Shapes:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
     add("configs", nargs="+", type=Path, help="experiment configs whose `model` section is measured")
@@ -86,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     shapes = Shapes(args.batch, args.src_len, args.tgt_len, args.vocab)
+    machine = describe(device.type, args.threads)
+    own_at_start, watch = own_cpu_seconds(), LoadWatch()
     rows = []
     for config_path in args.configs:
         for precision in args.precisions:
@@ -95,17 +97,19 @@ def main(argv: list[str] | None = None) -> None:
                 config = load_config(config_path, args.overrides)
                 row = measure(config.model, config.decode, shapes, precision, compiled, device, args)
                 rows.append({"config": str(config_path), "precision": precision, "compile": compiled, **row})
+    others = watch.stop(own_seconds=own_cpu_seconds() - own_at_start)
+    machine |= {"others_cores": others, "peak_load": round(watch.peak_load, 2)}
+    found = (load_warning(machine["load_before"]), span_warning("the measurements", others))
+    warnings = [warning for warning in found if warning]
     result = {
-        "command": "python scripts/bench_step.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": {
-            "processor": platform.processor() or platform.machine(),
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "device": str(device),
-        },
+        "command": f"{PROG} " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": machine,
         "shapes": dataclasses.asdict(shapes),
         "rows": rows,
+        "warnings": warnings,
     }
+    for warning in warnings:
+        print(f"bench_step: warning: {warning}", file=sys.stderr)
     text = markdown(result)
     print(text)
     if args.out:
@@ -194,11 +198,14 @@ def profile_table(work, device: torch.device) -> str:
 def markdown(result: dict[str, Any]) -> str:
     s, m = result["shapes"], result["machine"]
     lines = [
-        "# Model micro-benchmark (`scripts/bench_step.py`)",
+        "# Model micro-benchmark (`benchmarks/bench_step.py`)",
         "",
         f"    {result['command']}",
         "",
-        f"- machine: {m['processor']}, torch {m['torch']}, {m['threads']} threads, {m['device']}",
+        f"- machine: {summary(m)}; device {m['device']}; {m['date']}",
+        f"- load: 1-minute load average {m['load_before']:.2f} before, at most {m['peak_load']:.2f} during "
+        f"(ours included); other processes kept {_cores(m['others_cores'])} cores busy meanwhile",
+        *(f"- **warning**: {warning}" for warning in result["warnings"]),
         f"- shapes: batch {s['batch']}, source {s['src_len']}, target {s['tgt_len']} tokens, "
         f"vocabularies {s['vocab']}; random ids; beam search runs exactly {s['tgt_len']} steps + EOS",
         "",
@@ -213,6 +220,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _cores(value: float | None) -> str:
+    return "an unknown number of" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

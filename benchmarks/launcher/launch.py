@@ -3,6 +3,9 @@
 With any toolkit's own python: `python launch.py -m MODULE [ARGS...]` or `python launch.py SCRIPT [ARGS...]`.
 The peak, `torch.cuda.max_memory_allocated()` (null when CUDA was never used), goes to the JSON file named
 by $BENCH_STATS_FILE. Standard library only: it runs inside the peers' virtual environments too.
+
+It sits alone in its folder: Python puts a script's folder first on the import path, and there no module
+of the harness can shadow one the toolkit imports.
 """
 
 import atexit
@@ -11,8 +14,6 @@ import os
 import runpy
 import signal
 import sys
-
-sys.path.pop(0)  # this folder: its module names must not shadow the toolkit's imports
 
 
 def _record() -> None:

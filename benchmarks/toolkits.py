@@ -7,8 +7,8 @@ with our target sentencepiece model before BLEU, which is then computed by sacre
 against the same references for all three.
 
 Each peer lives in its own virtual environment under the cache folder, installed once from PyPI with the
-recipes of ../shared/peers/README.md and the same torch version as ours; a peer that cannot be installed is
-skipped with the reason.
+same torch version as ours (the recipes and pitfalls are in benchmarks/README.md); a peer that cannot be
+installed is skipped with the reason.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 import seq2seq_attn
+from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.io import read_lines, write_text
 from seq2seq_attn.vocab import Vocab
 
@@ -143,6 +144,10 @@ class Toolkit:
         """The model to decode with after training (the last one written), or None."""
         raise NotImplementedError
 
+    def trained_steps(self, folder: Path) -> int | None:
+        """Where training stopped: the updates behind the checkpoint that is decoded (None: no checkpoint)."""
+        raise NotImplementedError
+
     def discard_late(self, folder: Path, measured: Measured) -> None:
         """Remove what training wrote after the budget ran out (only a toolkit that saves periodically
         instead of on the interrupt can have such files)."""
@@ -185,6 +190,10 @@ class Ours(Toolkit):
         latest = folder / "model" / "checkpoints" / "latest.pt"
         return latest if latest.is_file() else None
 
+    def trained_steps(self, folder: Path) -> int | None:
+        checkpoint = self.checkpoint(folder)
+        return None if checkpoint is None else int(load_checkpoint(checkpoint)["step"])
+
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
         options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
@@ -216,7 +225,7 @@ class Peer(Toolkit):
         if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")) == steps:
             return
         if not install:
-            raise Skip(f"not installed in {self.venv} and --no-install given")
+            raise Skip(f"not installed in {self.venv}: run without --no-install to pip-install it there")
         cache = self.venv.parent.parent
         cache.mkdir(parents=True, exist_ok=True)
         write_text(cache / ".gitignore", "*\n")  # a cache folder inside a checkout ignores itself
@@ -287,6 +296,11 @@ class JoeyNMT(Peer):
         latest = folder / "model" / "latest.ckpt"  # a link to the checkpoint saved at the end or interrupt
         return latest if latest.is_file() else None
 
+    def trained_steps(self, folder: Path) -> int | None:
+        """From the name of the file latest.ckpt links to: `<updates>.ckpt`."""
+        checkpoint = self.checkpoint(folder)
+        return None if checkpoint is None else int(checkpoint.resolve().stem)
+
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         # `translate -o` crashes in 2.3.0: it reads stdin and prints the translations
         config = self.config(folder, f"beam{beam}", beam)
@@ -349,9 +363,15 @@ class OpenNMT(Peer):
 
     def checkpoint(self, folder: Path) -> Path | None:
         """The newest complete `gru_step_N.pt` (an interrupt can cut the one being written)."""
-        saved = sorted((folder / "model").glob("gru_step_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+        saved = sorted((folder / "model").glob("gru_step_*.pt"), key=_step_of)
         complete = [path for path in saved if zipfile.is_zipfile(path)]
         return complete[-1] if complete else None
+
+    def trained_steps(self, folder: Path) -> int | None:
+        """From the checkpoint's name, `gru_step_<updates>.pt`: it saves nothing on the interrupt, so the
+        updates it made after its last checkpoint within the budget are lost to it."""
+        checkpoint = self.checkpoint(folder)
+        return None if checkpoint is None else _step_of(checkpoint)
 
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
@@ -376,6 +396,11 @@ def fill(template: Path, values: dict[str, object]) -> str:
     if left:
         raise ValueError(f"{template}: no value for {', '.join(left)}")
     return text
+
+
+def _step_of(checkpoint: Path) -> int:
+    """OpenNMT-py's checkpoint `<name>_step_<updates>.pt` -> updates."""
+    return int(checkpoint.stem.rsplit("_", 1)[1])
 
 
 def _flat(options: dict[str, object]) -> list[str]:

@@ -1,16 +1,17 @@
-"""Benchmark ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 (issue 8); writes docs/PERFORMANCE.md.
+"""Benchmark ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1, on the same tokens and budget.
 
 For each repetition, the toolkits run one after the other (the order rotates), each: train a matched model
 for the wall-clock budget, then decode the whole test set with beam search and greedily from the checkpoint
 it reached, and score it. Ours also redoes data preparation + vocabulary + encoding from scratch, and trains
-its no-attention model for the same window of updates. Medians over the repetitions and the ratios ours/peer
-go to --doc (markdown) and the JSON file next to it; every stage's log stays under --out.
+its no-attention model over the same updates. Training throughput is the mean over one range of updates,
+the same for every toolkit. Medians over the repetitions and the ratios ours/peer go to --doc (markdown)
+and the JSON file next to it; every stage's log stays under --out. Run from the repository root:
 
-    python scripts/bench.py                                  # synthetic corpus, 3 x 5 minutes per toolkit
-    python scripts/bench.py --corpus ../shared/corpora/en-fr # any folder of {train,valid,test}.{en,fr}[.gz]
-    python scripts/bench.py --toolkits ours --reps 1 --budget 0.5 --doc /tmp/p.md    # a quick look at ours
+    python -m benchmarks.bench                          # synthetic corpus, 3 x 5 minutes per toolkit
+    python -m benchmarks.bench --corpus DIR             # any folder of {train,valid,test}.{en,fr}[.gz]
+    python -m benchmarks.bench --toolkits ours --reps 1 --budget 0.5 --doc /tmp/p.md   # a quick look at ours
 
-The helpers live in scripts/bench/ (this script's folder holds both; `bench` below is that package).
+The peers are pip-installed on first use into --cache (see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -25,21 +26,25 @@ from pathlib import Path
 from typing import Any
 
 import sacrebleu
-from bench import logs, report
-from bench.measure import Job, launched, machine, run_job
-from bench.toolkits import PEERS, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
 
 from seq2seq_attn.config import load_config
-from seq2seq_attn.io import count_lines, read_lines, write_json
+from seq2seq_attn.io import read_lines, write_json
+
+from . import logs, report
+from .machine import describe, load_warning, span_warning
+from .measure import Job, launched, run_job
+from .toolkits import PEERS, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
 
 ROOT = Path(__file__).resolve().parent.parent
 SEQ2SEQ = ["-m", "seq2seq_attn"]
 ALL = ["ours", *PEERS]
+PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
+RESULTS = ROOT / "benchmarks/results/side_by_side.md"  # the latest run per device and corpus
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add = parser.add_argument
     add(
@@ -52,7 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--reps", type=int, default=3, help="repetitions (medians are reported)")
     add("--budget", type=float, default=5.0, help="training wall-clock budget per run, minutes")
     add("--warmup", type=int, default=25, help="updates left out of the steady-state throughput")
-    add("--steps", type=int, default=100, help="updates after the warm-up averaged for the throughput")
+    add(
+        "--steps",
+        type=int,
+        default=100,
+        help="updates after the warm-up averaged (fewer if a run stops first)",
+    )
     add("--log-every", type=int, default=25, help="updates per throughput interval (all toolkits)")
     add(
         "--max-steps", type=int, default=0, help="also stop training after this many updates (0: budget only)"
@@ -81,7 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add("--out", type=Path, default=ROOT / "runs/bench", help="logs, data and models of every run")
     add("--cache", type=Path, default=ROOT / ".bench", help="the peers' virtual environments (venvs/)")
-    add("--doc", type=Path, default=ROOT / "docs/PERFORMANCE.md", help="markdown report (JSON next to it)")
+    add("--doc", type=Path, default=RESULTS, help="markdown report (JSON next to it)")
     add("--no-install", action="store_true", help="never pip-install a peer; skip those not installed")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.toolkits.split(",")) - set(ALL))
@@ -99,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench: --device cuda: no CUDA device is available")
+    machine = describe(device, args.threads)  # first: the load average before any of our work
     settings = Settings(
         device=device,
         batch=args.batch,
@@ -125,8 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     chosen = args.toolkits.split(",")
     toolkits: list[Toolkit] = []
     result: dict[str, Any] = {
-        "command": "python scripts/bench.py " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "machine": machine(device, args.threads),
+        "command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "machine": machine,
         "settings": {
             **_jsonable(vars(args)),
             "budget_min": args.budget,
@@ -136,7 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         "corpus": _corpus(args, data_dir),
         "toolkits": {},
         "ours_extra": [],
+        "warnings": [],
     }
+    _warn(result, load_warning(machine["load_before"]))
     if "ours" in chosen:
         toolkits.append(Ours(args.config, ours_sets, settings, data_dir, peer_dir))
     for key in (k for k in PEERS if k in chosen):
@@ -152,9 +165,8 @@ def main(argv: list[str] | None = None) -> None:
         result["toolkits"][toolkit.key] = {"label": toolkit.label, "version": toolkit.version(), "runs": []}
     result["toolkits"] = {key: result["toolkits"][key] for key in ALL if key in result["toolkits"]}
 
-    window = (args.warmup, args.steps)
     # our no-attention model, trained just over the throughput window
-    baseline_sets = [*ours_sets, f"train.max_steps={sum(window)}"]
+    baseline_sets = [*ours_sets, f"train.max_steps={args.warmup + args.steps}"]
     baseline = Ours(args.baseline, baseline_sets, settings, data_dir, peer_dir)
     refs = list(read_lines(data_dir / "test.tgt"))
     for rep in range(args.reps):
@@ -162,10 +174,12 @@ def main(argv: list[str] | None = None) -> None:
         for toolkit in toolkits[shift:] + toolkits[:shift]:
             _step(f"repetition {rep + 1}/{args.reps}: {toolkit.label}")
             folder = out / f"rep{rep + 1}" / toolkit.key
-            record = run_toolkit(toolkit, folder, window, settings.beam, env, refs)
+            record = run_toolkit(toolkit, folder, settings.beam, env, refs)
             result["toolkits"][toolkit.key]["runs"].append({"rep": rep, **record})
+            for stage, others in record["others_cores"].items():
+                _warn(result, span_warning(f"{toolkit.label} {stage}, repetition {rep + 1}", others))
             if toolkit.key == "ours":
-                extra = ours_extra(args.config, ours_sets, baseline, folder.parent, window, env)
+                extra = ours_extra(args.config, ours_sets, baseline, folder.parent, env)
                 result["ours_extra"].append({"rep": rep, **extra})
             write_json(out / "results.json", result)  # partial results survive an interrupted benchmark
 
@@ -177,25 +191,27 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_toolkit(
-    toolkit: Toolkit, folder: Path, window: tuple[int, int], beam: int, env: dict[str, str], refs: list[str]
+    toolkit: Toolkit, folder: Path, beam: int, env: dict[str, str], refs: list[str]
 ) -> dict[str, Any]:
     """Train for the budget, then decode the test set with beam search and greedily; one flat record.
 
-    The folder is emptied first: a run directory left by an earlier benchmark would be resumed."""
+    The throughput per logging interval is kept as `train_points`; the steady rate over the range of
+    updates every toolkit reached is taken from them once all have run (report.summarise). The folder is
+    emptied first: a run directory left by an earlier benchmark would be resumed. `others_cores`: the
+    cores other processes kept busy during each stage (the caller turns them into warnings)."""
     shutil.rmtree(folder, ignore_errors=True)
     trained = run_job(toolkit.train_job(folder), env)
     toolkit.discard_late(folder, trained)
-    points = toolkit.train_points(folder, trained)
-    rate, window_end = logs.steady_rate(points, *window)
     record: dict[str, Any] = {
         "params": toolkit.parameters(trained),
-        "train_tokens_per_s": rate,
-        "train_window_end": window_end,  # short of warmup + steps: the budget ended inside the window
-        "train_steps": logs.last_step(points),
+        "train_points": toolkit.train_points(folder, trained),
+        "train_steps": toolkit.trained_steps(folder),  # where training stopped: the decoded checkpoint's
         "train_seconds": trained.seconds,
         "train_peak_rss_mb": trained.peak_rss_mb,
         "train_cuda_peak_mb": trained.cuda_peak_mb,
         "train_log": str(trained.log),
+        "peak_load": trained.peak_load,  # the 1-minute load average, ours included
+        "others_cores": {"training": trained.others_cores},
     }
     if trained.returncode and not trained.interrupted:
         return {**record, "error": f"training failed (exit {trained.returncode}), see {trained.log}"}
@@ -204,6 +220,8 @@ def run_toolkit(
     for name, width in (("beam", beam), ("greedy", 1)):
         hyp = folder / f"test.{name}.hyp"
         decoded = run_job(toolkit.decode_job(folder, width, hyp), env)
+        record["others_cores"][f"{name} decoding"] = decoded.others_cores
+        record["peak_load"] = max(record["peak_load"], decoded.peak_load)
         if decoded.returncode or not hyp.is_file():
             return {
                 **record,
@@ -230,7 +248,7 @@ def run_toolkit(
 
 
 def ours_extra(
-    config: Path, sets: list[str], baseline: Ours, folder: Path, window: tuple[int, int], env: dict[str, str]
+    config: Path, sets: list[str], baseline: Ours, folder: Path, env: dict[str, str]
 ) -> dict[str, Any]:
     """Ours alone: data preparation + vocabulary + encoding from scratch, and the no-attention throughput."""
     scratch = folder / "prep-timing"
@@ -238,7 +256,6 @@ def ours_extra(
     shutil.rmtree(scratch / "data")  # the logs stay
     shutil.rmtree(folder / "ours-noattn", ignore_errors=True)  # never resume an earlier benchmark's run
     trained = run_job(baseline.train_job(folder / "ours-noattn"), env)
-    points = baseline.train_points(folder / "ours-noattn", trained)
     vocab_s, encode_s = logs.vocab_seconds(vocab.text())
     return {
         "prepare_s": prepared.seconds,
@@ -246,7 +263,7 @@ def ours_extra(
         "encode_s": encode_s,
         "prep_total_s": prepared.seconds + vocab.seconds,
         "prep_peak_rss_mb": max(prepared.peak_rss_mb, vocab.peak_rss_mb),
-        "noattn_tokens_per_s": logs.steady_rate(points, *window)[0],
+        "noattn_points": baseline.train_points(folder / "ours-noattn", trained),
         "noattn_log": str(trained.log),
     }
 
@@ -306,6 +323,13 @@ def _train_overrides(s: Settings) -> list[str]:
     ]
 
 
+def _warn(result: dict[str, Any], warning: str | None) -> None:
+    """Keep a competition warning for the report and say it at once on stderr."""
+    if warning:
+        result["warnings"].append(warning)
+        print(f"bench: warning: {warning}", file=sys.stderr, flush=True)
+
+
 def _environment(threads: int) -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if threads:
@@ -317,7 +341,9 @@ def _corpus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     """Which corpus: its short id (the folder name, or synthetic), a description, and the pairs per split."""
     identity = args.corpus.resolve().name if args.corpus else "synthetic"
     name = f"{args.corpus} ({args.src_lang}-{args.tgt_lang})" if args.corpus else "synthetic (seq2seq_attn)"
-    pairs = {split: count_lines(data_dir / f"{split}.src") for split in ("train", "valid", "test")}
+    pairs = {
+        split: sum(1 for _ in read_lines(data_dir / f"{split}.src")) for split in ("train", "valid", "test")
+    }
     return {"id": identity, "name": name, "pairs": pairs}
 
 

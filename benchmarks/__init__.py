@@ -1,0 +1,16 @@
+"""Benchmarks: ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1, and our model alone.
+
+Run from the repository root (see benchmarks/README.md):
+
+bench.py        `python -m benchmarks.bench`: the toolkits on one corpus, same tokens, same budget
+bench_step.py   `python -m benchmarks.bench_step`: one training update and one beam step of our models
+machine.py      what a figure was measured on (CPU model and flags, torch), and the load meanwhile
+measure.py      run one process and measure it: wall time, peak RSS, peak GPU memory, budget by SIGINT
+launcher/       launch.py, started in each toolkit's own venv: runs its module, records peak GPU memory
+logs.py         read throughput, decoding time and parameter counts out of each toolkit's logs
+toolkits.py     ours, JoeyNMT and OpenNMT-py behind one interface: install, train, decode
+ours_decode.py  our timed decoder: the translate pipeline with the clock around the search only
+report.py       the common throughput window, medians, ratios ours/peer, the speed targets, markdown/JSON
+peers/          the peers' configs, with @KEY@ placeholders filled in per run
+results/        the latest reports: side_by_side.md/.json and step.md/.json
+"""

@@ -1,0 +1,139 @@
+"""What a figure was measured on, and whether other processes competed for the CPU meanwhile.
+
+Speed on a CPU depends on its instruction sets far more than on its clock: the same bf16 update was 1.4x
+faster than fp32 on a CPU with AVX-512 BF16 and 1.4x slower on another. Every report therefore records the
+CPU model and its vector and matrix flags (what `lscpu` shows, read from /proc/cpuinfo), the kernels ATen
+picked (`torch.backends.cpu.get_cpu_capability()`), torch's version and its threads.
+
+A shared machine gives noisy figures. `LoadWatch` measures, over one timed span, how many cores other
+processes kept busy: the CPU time of every process (/proc/stat) minus our own. It also keeps the highest
+1-minute load average seen, which includes our own work. `COMPETING_CORES` is where the report warns.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import resource
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+COMPETING_CORES = 0.5  # other processes keeping this many cores busy make a figure unreliable
+# the flags that decide which kernels run: vector widths, bf16/fp16/int8 dot products, matrix units
+ISA_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
+PROC_STAT = Path("/proc/stat")
+SAMPLE_SECONDS = 5.0  # how often a LoadWatch reads the load average
+
+
+def describe(device: str, threads: int) -> dict[str, Any]:
+    """The machine as the reports print it; `threads`: what the processes were given (0: torch's default)."""
+    import torch
+
+    model, flags = cpu_model_and_flags()
+    description: dict[str, Any] = {
+        "cpu": model,
+        "cpu_flags": flags,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cores": len(os.sched_getaffinity(0)),
+        "torch": torch.__version__,
+        "torch_threads": threads or torch.get_num_threads(),
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "load_before": round(os.getloadavg()[0], 2),
+    }
+    if device == "cuda":
+        description["gpu"] = torch.cuda.get_device_name(0)
+        description["cuda"] = torch.version.cuda
+    return description
+
+
+def cpu_model_and_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]:
+    """The CPU's model name and its instruction-set flags that matter for speed, sorted."""
+    model, flags = platform.processor() or "unknown", []
+    try:
+        text = cpuinfo.read_text(encoding="utf-8")
+    except OSError:
+        return model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            model = value.strip()
+        elif key.strip() == "flags":
+            flags = sorted(flag for flag in value.split() if flag.startswith(ISA_FLAG_PREFIXES))
+            break
+    return model, flags
+
+
+def summary(machine: dict[str, Any]) -> str:
+    """One line: CPU model, cores, ISA flags, ATen's kernels, torch and its threads."""
+    flags = " ".join(machine.get("cpu_flags") or []) or "unknown"
+    capability = machine.get("cpu_capability", "unknown")
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores; flags: {flags}; ATen kernels {capability}; "
+        f"torch {machine['torch']} ({machine['torch_threads']} threads)"
+    )
+
+
+def load_warning(load_before: float) -> str | None:
+    """A warning when the machine was already busy as the run started."""
+    if load_before <= COMPETING_CORES:
+        return None
+    return f"the 1-minute load average was {load_before:.2f} before the run: other processes used the CPU"
+
+
+def span_warning(name: str, others_cores: float | None) -> str | None:
+    """A warning when other processes kept more than COMPETING_CORES busy while `name` was timed."""
+    if others_cores is None or others_cores <= COMPETING_CORES:
+        return None
+    return f"other processes kept {others_cores:.2f} cores busy during {name}"
+
+
+def busy_cpu_seconds(stat: Path = PROC_STAT) -> float | None:
+    """CPU seconds every process on the machine has used since boot (None where there is no /proc/stat).
+
+    The first line of /proc/stat counts clock ticks per state: user nice system idle iowait irq softirq
+    steal ...; all but idle and iowait are work."""
+    try:
+        fields = stat.read_text(encoding="utf-8").splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    ticks = [int(value) for value in fields[:8]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds used by this process and its waited-for children."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@dataclass
+class LoadWatch:
+    """Started before a timed span, stopped after it: the cores other processes used, the peak load."""
+
+    started: float = field(default_factory=time.perf_counter)
+    busy_at_start: float | None = field(default_factory=busy_cpu_seconds)
+    peak_load: float = field(default_factory=lambda: os.getloadavg()[0])
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            self.peak_load = max(self.peak_load, os.getloadavg()[0])
+
+    def stop(self, own_seconds: float) -> float | None:
+        """Cores other processes kept busy on average, given the CPU seconds our own work used."""
+        self._stop.set()
+        self.peak_load = max(self.peak_load, os.getloadavg()[0])
+        busy, wall = busy_cpu_seconds(), time.perf_counter() - self.started
+        if busy is None or self.busy_at_start is None or wall <= 0:
+            return None
+        return max(0.0, (busy - self.busy_at_start - own_seconds) / wall)
