@@ -141,7 +141,11 @@ data:
 
 def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", ON_GPU_IMAGE, target, *args], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [sys.executable, "-c", ON_GPU_IMAGE, target, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
 
 
