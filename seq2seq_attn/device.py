@@ -3,9 +3,17 @@ and for both `train.precision` and `decode.precision`."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 
+from .console import warn
 from .errors import UserError
+
+# CPU instructions that multiply bf16 natively; without them bf16 products are emulated, many times slower
+# than fp32 (docs/performance.md: over 10x for a training update on an AMD EPYC with AVX2 only).
+BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def resolve_device(choice: str, option: str, index: int = 0) -> torch.device:
@@ -20,8 +28,31 @@ def resolve_device(choice: str, option: str, index: int = 0) -> torch.device:
 
 def uses_bf16(precision: str, device: torch.device) -> bool:
     """`bf16`, or `auto` on CUDA: bf16 autocast. `auto` stays fp32 on CPU, where exact resume and
-    batch-invariant search are fp32 guarantees (bf16 there is opt-in: fast only with AVX-512 BF16 / AMX)."""
+    batch-invariant search are fp32 guarantees and bf16 pays only on some CPUs: opt-in, with a warning
+    where the CPU lacks native bf16 (`cpu_has_bf16`)."""
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        _warn_slow_bf16()
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+@functools.cache
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU has native bf16 products (AVX-512 BF16 or AMX), from its flags; True where they
+    cannot be read (not Linux), so that nothing is claimed about a CPU not looked at."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
+    return any(flag in flags for flag in BF16_CPU_FLAGS)
+
+
+@functools.cache
+def _warn_slow_bf16() -> None:
+    warn(
+        "precision bf16 on a CPU without AVX-512 BF16 or AMX: bf16 products are emulated there and run "
+        "many times slower than fp32 (docs/performance.md); precision fp32 is faster on this CPU"
+    )
 
 
 def bf16_autocast(device_type: str, enabled: bool) -> torch.autocast:

@@ -1,0 +1,34 @@
+"""The precision rule: bf16 on a CPU without native bf16 products is allowed, with one warning."""
+
+from __future__ import annotations
+
+import torch
+
+from seq2seq_attn import device
+
+
+def flags_file(tmp_path, name: str, flags: str):
+    path = tmp_path / name
+    path.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu sse2 avx2 {flags}\n")
+    return path
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+    assert device.cpu_has_bf16(flags_file(tmp_path, "zen4", "avx512f avx512_bf16"))
+    assert device.cpu_has_bf16(flags_file(tmp_path, "sapphire", "amx_bf16 amx_tile"))
+    assert not device.cpu_has_bf16(flags_file(tmp_path, "avx512-only", "avx512f fma"))
+    assert not device.cpu_has_bf16(flags_file(tmp_path, "avx2-only", "fma"))
+    assert device.cpu_has_bf16(tmp_path / "missing")  # unreadable: nothing claimed
+
+
+def test_bf16_on_a_cpu_without_it_warns_once(monkeypatch, capsys):
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: False)
+    device._warn_slow_bf16.cache_clear()
+    cpu = torch.device("cpu")
+    assert device.uses_bf16("bf16", cpu) and device.uses_bf16("bf16", cpu)
+    assert not device.uses_bf16("auto", cpu) and not device.uses_bf16("fp32", cpu)
+    assert capsys.readouterr().err.count("without AVX-512 BF16 or AMX") == 1
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: True)
+    device._warn_slow_bf16.cache_clear()
+    assert device.uses_bf16("bf16", cpu)
+    assert capsys.readouterr().err == ""
