@@ -32,8 +32,9 @@ from seq2seq_attn.checkpoint import (
     load_trained,
     save_checkpoint,
 )
+from seq2seq_attn.data.cache import load_cache
 from seq2seq_attn.lock import LOCK_FILE, exclusive
-from seq2seq_attn.vocab import Vocab, load_cache
+from seq2seq_attn.vocab import Vocab
 
 WAIT = 120  # seconds before a test gives up on a process that should have done something
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn", "--quiet"]

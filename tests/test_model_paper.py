@@ -46,8 +46,7 @@ RNNSEARCH = (
 RNNENCDEC = (
     K * M  # source embeddings
     + gru(M, N)  # one unidirectional encoder RNN
-    + linear(N, N)  # V in c = tanh(V h_T)
-    + linear(N, N)  # W_s in s_0 = tanh(W_s c)
+    + linear(N, N)  # W_s in s_0 = tanh(W_s c), c = h_T (no V: `fixed_context: last_state`)
     + K * M  # target embeddings
     + gru(M + N, N)  # decoder: E y_{i-1} and the fixed c
     + linear(N + M + N, 2 * L)  # deep output
@@ -55,7 +54,15 @@ RNNENCDEC = (
 )
 
 
-@pytest.mark.parametrize(("name", "formula"), [("rnnsearch50", RNNSEARCH), ("rnnencdec50", RNNENCDEC)])
+@pytest.mark.parametrize(
+    ("name", "formula"),
+    [
+        ("rnnsearch50", RNNSEARCH),
+        ("rnnencdec50", RNNENCDEC),
+        ("rnnsearch30", RNNSEARCH),
+        ("rnnencdec30", RNNENCDEC),
+    ],
+)
 def test_paper_parameter_counts_match_the_closed_form(name, formula):
     cfg = load_config(ROOT / "configs" / f"{name}.yaml")
     with torch.device("meta"):  # shapes only: no memory for 80M parameters
