@@ -624,7 +624,8 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
     assert [(r["precision"], r["compile"]) for r in result["rows"]] == [("fp32", False), ("bf16", False)]
     for row in result["rows"]:
         assert row["parameters"] > 0 and row["train_ms"] > 0 and row["beam_ms_per_step"] > 0
-        assert row["train_tokens_per_s"] == pytest.approx(3 * 4 / (row["train_ms"] / 1000), rel=0.01)
+        tokens_per_s = 3 * 4 / (row["train_ms"] / 1000)
+        assert abs(row["train_tokens_per_s"] - tokens_per_s) <= max(0.5, 0.01 * tokens_per_s)  # (rounded)
         assert row["beam_sentences_per_s"] > 0
     assert result["machine"]["torch"] == torch.__version__ and result["machine"]["load_before"] >= 0
     text = out.with_suffix(".md").read_text()
