@@ -6,9 +6,11 @@ the font shrinks to fit, and once it would fall below MIN_FONT only every k-th l
 
 from __future__ import annotations
 
+import contextlib
 import math
 import unicodedata
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +42,22 @@ def draw_attention(
     path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]
 ) -> None:
     """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
+    figure = attention_figure(weights, src_labels, tgt_labels)
+    with laid_out(figure):
+        save_figure(figure, path)
+
+
+@contextlib.contextmanager
+def laid_out(figure: Figure) -> Iterator[None]:
+    """Lay `figure` out tightly, then render it in the body, without a warning per missing glyph."""
+    with warnings.catch_warnings():  # a glyph missing from the font (emoji, rare scripts) draws as a box
+        warnings.simplefilter("ignore", UserWarning)
+        figure.tight_layout()
+        yield
+
+
+def attention_figure(weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]) -> Figure:
+    """The heat map of `weights` (len(tgt_labels), len(src_labels)) on one axes, for callers to add to."""
     if weights.shape != (len(tgt_labels), len(src_labels)):
         raise ValueError(
             f"attention {weights.shape} does not match {len(tgt_labels)} x {len(src_labels)} labels"
@@ -57,7 +75,4 @@ def draw_attention(
     axes.set_yticklabels([label_text(p) for p in tgt_labels[::y_step]], fontsize=y_font)
     axes.set_xlabel("source")
     axes.set_ylabel("translation")
-    with warnings.catch_warnings():  # a glyph missing from the font (emoji, rare scripts) draws as a box
-        warnings.simplefilter("ignore", UserWarning)
-        figure.tight_layout()
-        save_figure(figure, path)
+    return figure
