@@ -61,7 +61,7 @@ GOLD_FORMATS = ("pharaoh", "naacl")
 METHODS = ("argmax", "threshold")
 DEFAULT_THRESHOLD = 0.3
 BATCH_SENTENCES = 32  # sentence pairs forced through the model at once (sorted by length)
-PHARAOH_LINK = re.compile(r"(\d+)([-p?])(\d+)")
+PHARAOH_LINK = re.compile(r"([0-9]+)([-p?])([0-9]+)")
 NAACL_USAGE = "expected `sentence source target [S|P] [confidence]`"
 SURE_STYLE = {"marker": "s", "facecolors": "none", "edgecolors": "tab:red", "linewidths": 1.5}
 POSSIBLE_STYLE = {"marker": "o", "facecolors": "none", "edgecolors": "tab:orange", "linewidths": 1.2}
@@ -102,6 +102,7 @@ class GoldLink(NamedTuple):
 
 
 def pharaoh_links(path: str, lines: Sequence[str], one_indexed: bool) -> Iterator[GoldLink]:
+    """The links of a Pharaoh file's lines, line k being sentence pair k."""
     base = 1 if one_indexed else 0
     for number, line in enumerate(lines, start=1):
         for token in line.split():
@@ -115,13 +116,14 @@ def pharaoh_links(path: str, lines: Sequence[str], one_indexed: bool) -> Iterato
 
 
 def naacl_links(path: str, lines: Sequence[str]) -> Iterator[GoldLink]:
+    """The links of a NAACL file's lines, one a line (blank lines skipped, NULL links dropped)."""
     for number, line in enumerate(lines, start=1):
         fields = line.split()
         if not fields:
             continue
         where = f"{path}:{number}"
         kind, parsed = _naacl_extras(fields[3:])
-        if len(fields) < 3 or not all(field.isdigit() for field in fields[:3]) or not parsed:
+        if len(fields) < 3 or not all(field.isdecimal() for field in fields[:3]) or not parsed:
             raise UserError(f"{where}: malformed link {line.strip()!r}: {NAACL_USAGE}")
         sentence, src, tgt = (int(field) for field in fields[:3])
         if src and tgt:  # word 0 is NULL

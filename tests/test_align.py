@@ -126,6 +126,7 @@ def test_naacl_reader(tmp_path: Path):
         ("naacl", "1 1\n", False, "g:1: malformed link '1 1'"),
         ("naacl", "1 1 1 S\n1 1 1 X\n", False, "g:2: malformed link '1 1 1 X'"),
         ("naacl", "1 1 1 P 0.5 7\n", False, "g:1: malformed link"),
+        ("naacl", "1 1 \u00b2\n", False, "g:1: malformed link"),
         ("naacl", "9 1 1\n", False, "g:1: sentence 9 is out of range: there are 2 sentence pairs"),
         ("naacl", "2 3 1 S\n", False, "g:1: link '2 3 1' is out of range"),
     ],
