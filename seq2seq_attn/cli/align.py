@@ -59,7 +59,7 @@ def align_command(
         GoldFormat.pharaoh,
         "--gold-format",
         help="pharaoh: one line per pair, i-j sure, i?j or ipj possible; naacl: one link per line, "
-        "`sentence source target [S|P] [confidence]`, counted from 1.",
+        "`sentence source target`, then S (sure, the default) or P and a confidence, counted from 1.",
     ),
     one_indexed: bool = typer.Option(
         False, "--one-indexed", help="Pharaoh word numbers count from 1 (default: from 0)."
