@@ -43,8 +43,8 @@ Buckets by source length in words use the evaluation's own definition (`evaluate
 
 from __future__ import annotations
 
-import io
 import re
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -345,14 +345,14 @@ def alignment_figure(
     return figure
 
 
-def svg_text(figure) -> str:
-    """The figure as a standalone SVG document."""
-    from .heatmap import laid_out
+def figure_svg(figure) -> str:
+    """The figure, laid out again for its title, as an inline `<svg>` element (plots.svg_text)."""
+    from .plots import svg_text
 
-    buffer = io.StringIO()
-    with laid_out(figure):
-        figure.savefig(buffer, format="svg")
-    return buffer.getvalue()
+    with warnings.catch_warnings():  # a glyph missing from the font draws as a box (see heatmap.py)
+        warnings.simplefilter("ignore", UserWarning)
+        figure.tight_layout()
+        return svg_text(figure)
 
 
 def check_sentences(sentences: Sequence[int], count: int) -> list[int]:
@@ -387,7 +387,8 @@ def alignment_section(
      "overall": {"aer", "precision", "recall", "sentences"},
      "by_length": [{"bucket": "0-10", "aer", "precision", "recall", "sentences"}, ...] ([] without edges),
      "baseline": the diagonal aligner's overall scores (same keys as "overall"), or None,
-     "figures": [{"title": str, "svg": str}, ...] one heat map per sentence number in `figures` (from 1)}
+     "figures": [{"title": str, "svg": an inline <svg> element}, ...] one heat map per sentence number
+                in `figures` (counted from 1)}
     """
     figures = check_sentences(figures, len(corpus.gold))
     links = [predict_links(matrix, method, threshold) for matrix in scores]
@@ -403,7 +404,7 @@ def alignment_section(
             corpus.gold[number - 1],
             label,
         )
-        drawn.append({"title": label, "svg": svg_text(figure)})
+        drawn.append({"title": label, "svg": figure_svg(figure)})
     return {
         "method": method_label(method, threshold),
         "overall": overall,

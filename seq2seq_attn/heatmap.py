@@ -6,11 +6,10 @@ the font shrinks to fit, and once it would fall below MIN_FONT only every k-th l
 
 from __future__ import annotations
 
-import contextlib
 import math
 import unicodedata
 import warnings
-from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -38,26 +37,8 @@ def label_text(piece: str) -> str:
     return shown.replace("$", r"\$")
 
 
-def draw_attention(
-    path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]
-) -> None:
-    """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
-    figure = attention_figure(weights, src_labels, tgt_labels)
-    with laid_out(figure):
-        save_figure(figure, path)
-
-
-@contextlib.contextmanager
-def laid_out(figure: Figure) -> Iterator[None]:
-    """Lay `figure` out tightly, then render it in the body, without a warning per missing glyph."""
-    with warnings.catch_warnings():  # a glyph missing from the font (emoji, rare scripts) draws as a box
-        warnings.simplefilter("ignore", UserWarning)
-        figure.tight_layout()
-        yield
-
-
 def attention_figure(weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]) -> Figure:
-    """The heat map of `weights` (len(tgt_labels), len(src_labels)) on one axes, for callers to add to."""
+    """The heat map of `weights` (len(tgt_labels), len(src_labels)): source on top, translation down."""
     if weights.shape != (len(tgt_labels), len(src_labels)):
         raise ValueError(
             f"attention {weights.shape} does not match {len(tgt_labels)} x {len(src_labels)} labels"
@@ -75,4 +56,25 @@ def attention_figure(weights: np.ndarray, src_labels: list[str], tgt_labels: lis
     axes.set_yticklabels([label_text(p) for p in tgt_labels[::y_step]], fontsize=y_font)
     axes.set_xlabel("source")
     axes.set_ylabel("translation")
+    with warnings.catch_warnings():  # a glyph missing from the font (emoji, rare scripts) draws as a box
+        warnings.simplefilter("ignore", UserWarning)
+        figure.tight_layout()
     return figure
+
+
+def draw_attention(
+    path: str | Path, weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]
+) -> None:
+    """Write the heat map of `weights` (len(tgt_labels), len(src_labels)) to `path` (.png, .pdf, .svg)."""
+    figure = attention_figure(weights, src_labels, tgt_labels)
+    with warnings.catch_warnings():  # see attention_figure: missing glyphs
+        warnings.simplefilter("ignore", UserWarning)
+        save_figure(figure, path)
+
+
+def pick_by_length(lines: Sequence[str], count: int, shortest: int = 8, longest: int = 40) -> list[int]:
+    """Line numbers of up to `count` lines whose word counts spread from `shortest` to `longest` (longer
+    sentences make unreadable pictures): for each target length, the first line closest to it."""
+    targets = [shortest + k * (longest - shortest) // max(count - 1, 1) for k in range(count)]
+    picks = [min(range(len(lines)), key=lambda i, n=n: (abs(len(lines[i].split()) - n), i)) for n in targets]
+    return list(dict.fromkeys(picks))

@@ -6,6 +6,7 @@ so they draw the same on a headless server; files are written atomically, never 
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,15 @@ def save_figure(figure: Figure, path: str | Path) -> None:
     kind = image_format(path)
     with atomic_write(path, "wb") as handle:
         figure.savefig(handle, format=kind, dpi=150)
+
+
+def svg_text(figure: Figure) -> str:
+    """The figure as an `<svg>` element to inline in HTML: no XML prolog, no metadata, nothing external
+    (text as paths, images as data URIs)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    text = buffer.getvalue().decode("utf-8")
+    return text[text.index("<svg") :]
 
 
 def _values(rows: list[dict[str, Any]], key: str) -> np.ndarray:
