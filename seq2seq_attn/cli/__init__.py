@@ -18,6 +18,7 @@ except ImportError:  # older typer uses click itself
 
 from .. import __version__, console
 from ..errors import UserError
+from . import align as align_cli
 from . import config as config_cli
 from . import data as data_cli
 from . import evaluate as evaluate_cli
@@ -60,6 +61,7 @@ def _global_options(
 
 for _module in (config_cli, data_cli, vocab_cli, model_cli, train_cli, translate_cli, evaluate_cli):
     _module.register(app)
+align_cli.register(app)
 
 
 def main() -> None:
