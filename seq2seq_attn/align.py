@@ -53,13 +53,14 @@ import numpy as np
 import torch
 
 from .batching import collate
+from .config import EvalConfig
 from .errors import UserError
 from .evaluate import bucket_index, bucket_labels, word_counts
 from .io import read_lines
 
 GOLD_FORMATS = ("pharaoh", "naacl")
 METHODS = ("argmax", "threshold")
-DEFAULT_THRESHOLD = 0.3
+DEFAULT_THRESHOLD = EvalConfig().align_threshold
 BATCH_SENTENCES = 32  # sentence pairs forced through the model at once (sorted by length)
 PHARAOH_LINK = re.compile(r"([0-9]+)([-p?])([0-9]+)")
 NAACL_USAGE = "expected `sentence source target [S|P] [confidence]`"

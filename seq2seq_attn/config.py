@@ -403,6 +403,12 @@ class EvalConfig:
     )
     seed: int = option(12345, "Seed of the bootstrap.", ge=0)
     min_bucket_size: int = option(30, "Buckets with fewer sentences are flagged as unreliable.", ge=0)
+    align_threshold: float = option(
+        0.3,
+        "`seq2seq align --method threshold`: link every word pair whose attention is at least this.",
+        ge=0,
+        le=1,
+    )
 
 
 @dataclass

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from seq2seq_attn import align
 from seq2seq_attn.align import (
     AlignmentCorpus,
     GoldLinks,
@@ -28,7 +27,6 @@ from seq2seq_attn.align import (
     word_attention,
 )
 from seq2seq_attn.checkpoint import load_trained
-from seq2seq_attn.cli import align as align_cli
 from seq2seq_attn.cli import main
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluate import bucket_labels
@@ -252,10 +250,6 @@ def run_align(
         main()
     out, err = capsys.readouterr()
     return stop.value.code, out, err
-
-
-def test_cli_default_threshold_is_the_librarys():
-    assert align_cli.DEFAULT_THRESHOLD == align.DEFAULT_THRESHOLD
 
 
 def test_cli_end_to_end(tiny_run_dir: Path, tmp_path: Path, monkeypatch, capsys):

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluate import System, differing_examples, evaluate
 from seq2seq_attn.heatmap import pick_by_length
 from seq2seq_attn.html_report import render_html
@@ -99,9 +100,24 @@ def html_page(tiny_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
         str(data / "test.tgt"),
     ]
     args += ["--by-length", "--buckets", "0,4,8", "--bootstrap", "100", "--output", str(folder / "r.json")]
+    (folder / "align.json").write_text(json.dumps(ALIGNMENT))  # as `seq2seq align --json` writes it
+    args += ["--alignment", str(folder / "align.json")]
     result = CliRunner().invoke(app, [*args, "--html", str(folder / "report.html")])
     assert result.exit_code == 0, result.output
     return folder / "report.html"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [('{"method": "argmax"}', "not the JSON of `seq2seq align --json`"), ("{", "not valid JSON")],
+)
+def test_a_bad_alignment_file_is_one_line(tmp_path: Path, content: str, message: str):
+    (tmp_path / "a.json").write_text(content)
+    (tmp_path / "h.txt").write_text("a b\n")
+    args = ["eval", "--hyp", str(tmp_path / "h.txt"), "--ref", str(tmp_path / "h.txt")]
+    result = CliRunner().invoke(app, [*args, "--alignment", str(tmp_path / "a.json"), "--html", "x.html"])
+    assert isinstance(result.exception, UserError)  # (the `seq2seq` entry point: one line, exit 2)
+    assert message in str(result.exception) and "a.json" in str(result.exception)
 
 
 def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Path, tiny_run_dir: Path):
@@ -113,6 +129,7 @@ def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Pa
     expected = [(str(i + 1), str(len(sources[i].split()))) for i in pick_by_length(sources, 3)]
     assert heat_maps == expected and len(expected) >= 2  # the --model run's, not the hypothesis file's
     assert page.count("<h3>Bucket ") == len(report["buckets"])
+    assert "Alignment quality" in page and '<svg id="gold-3"' in page  # from --alignment
     assert page.count("<table>") >= 2 + 2 * len(report["subsets"])
     assert not EXTERNAL.search(page)
 
@@ -188,7 +205,7 @@ def test_the_checks_catch_console_errors_and_network_requests(tmp_path: Path):
 def test_chromium_loads_the_report_offline_and_draws_the_curve(html_page: Path, tmp_path: Path):
     dom, console, requests = browse(html_page, tmp_path / "dom", "--dump-dom")
     assert console == [] and requests == []
-    assert re.search(r'<figure id="curve"><svg[^>]*>', dom) and dom.count("<svg") == 3  # 2 heat maps
+    assert re.search(r'<figure id="curve"><svg[^>]*>', dom) and dom.count("<svg") == 4  # 2 heat maps, 1 gold alignment
 
     shot = tmp_path / "shot.png"
     _, console, requests = browse(html_page, tmp_path / "shot", f"--screenshot={shot}")

@@ -18,7 +18,6 @@ from ..io import check_writable, write_json, write_text
 from .translate import HELP, Device
 
 DEFAULTS = EvalConfig()
-DEFAULT_THRESHOLD = 0.3  # align.DEFAULT_THRESHOLD (a test keeps them equal; align imports torch)
 
 
 class GoldFormat(str, Enum):
@@ -71,7 +70,7 @@ def align_command(
         "with word-level attention >= --threshold.",
     ),
     threshold: float = typer.Option(
-        DEFAULT_THRESHOLD, "--threshold", min=0.0, max=1.0, help="For --method threshold."
+        DEFAULTS.align_threshold, "--threshold", min=0.0, max=1.0, help="For --method threshold."
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket."),
     buckets: str = typer.Option(

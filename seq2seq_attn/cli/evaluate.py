@@ -140,6 +140,11 @@ def eval_command(
         help="Also write a self-contained HTML report (works offline): the curve, the tables, the "
         "sentences where the systems differ most and, for --model runs, attention heat maps.",
     ),
+    alignment: Path | None = typer.Option(
+        None,
+        "--alignment",
+        help="With --html: add the attention alignment quality (AER) that `seq2seq align --json` wrote.",
+    ),
     moses_bleu: str | None = typer.Option(
         None,
         "--moses-bleu",
@@ -162,6 +167,7 @@ def eval_command(
         )
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
+    aer = read_alignment(alignment, html) if alignment is not None else None
     for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
             check_writable(destination)
@@ -203,7 +209,17 @@ def eval_command(
     )
     write_outputs(report, fmt.value if fmt else None, output, plot)
     if html is not None:
-        write_html(html, report, systems, references, sources, translated)
+        write_html(html, report, systems, references, sources, translated, aer)
+
+
+def read_alignment(path: Path, html: Path | None) -> dict[str, Any]:
+    """The AER section that `seq2seq align --json` wrote, checked enough to render (align.py)."""
+    if html is None:
+        raise UserError("--alignment goes into the HTML report: add --html FILE")
+    section = read_json(path)
+    if not isinstance(section, dict) or not {"method", "overall", "by_length"} <= section.keys():
+        raise UserError(f"{path}: not the JSON of `seq2seq align --json` (method, overall, by_length)")
+    return section
 
 
 def default_model_label(run: Path) -> str:
