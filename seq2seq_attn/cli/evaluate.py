@@ -5,14 +5,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..config import EvalConfig
+from ..config import EvalConfig, choices_enum
 from ..console import info
 from ..errors import UserError
 from ..evaluate import (
@@ -37,20 +37,11 @@ if TYPE_CHECKING:
 DEFAULTS = EvalConfig()
 
 
-def choices(schema: type, key: str) -> list[str]:
-    """The allowed values of a config key, from the schema."""
-    return next(field.metadata["choices"] for field in fields(schema) if field.name == key)
-
-
 plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=True)
 
 
-class BucketBy(str, Enum):
-    source = "source"
-    reference = "reference"
-
-
-Significance = Enum("Significance", {name: name for name in choices(EvalConfig, "significance")}, type=str)
+BucketBy = choices_enum(EvalConfig, "bucket_by")
+Significance = choices_enum(EvalConfig, "significance")
 
 
 class Format(str, Enum):
