@@ -224,10 +224,9 @@ def significance_finding(report: dict, winner: str, loser: str) -> str:
     wins = [r["bucket"] for r in rows if r["significant"] and sign * r["delta"] > 0]
     others = [r["bucket"] for r in rows if r["bucket"] not in wins]
     alpha, test = report["significance"]["alpha"], report["significance"]["test"]
-    return (
-        f"{winner} beats {loser} significantly ({test}, p < {alpha}) in the buckets "
-        f"{', '.join(wins) or 'none'}; not significantly in {', '.join(others) or 'none'}."
-    )
+    finding = f"{winner} beats {loser} significantly ({test}, p < {alpha}) in the buckets "
+    finding += ", ".join(wins) or "none"
+    return finding + (f"; not significantly in {', '.join(others)}." if others else ": in every bucket.")
 
 
 def _summary(
