@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from seq2seq_attn import device
+from seq2seq_attn.device import CPUINFO
+
 COMPETING_CORES = 0.5  # other processes keeping this many cores busy make a figure unreliable
 # the flags that decide which kernels run: vector widths, bf16/fp16/int8 dot products, matrix units
 ISA_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
@@ -53,21 +56,10 @@ def describe(device: str, threads: int) -> dict[str, Any]:
     return description
 
 
-def cpu_model_and_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, list[str]]:
+def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, list[str]]:
     """The CPU's model name and its instruction-set flags that matter for speed, sorted."""
-    model, flags = platform.processor() or "unknown", []
-    try:
-        text = cpuinfo.read_text(encoding="utf-8")
-    except OSError:
-        return model, flags
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            model = value.strip()
-        elif key.strip() == "flags":
-            flags = sorted(flag for flag in value.split() if flag.startswith(ISA_FLAG_PREFIXES))
-            break
-    return model, flags
+    model, flags = device.cpu_model_and_flags(cpuinfo)
+    return model, sorted(flag for flag in flags or () if flag.startswith(ISA_FLAG_PREFIXES))
 
 
 def summary(machine: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ and for both `train.precision` and `decode.precision`."""
 from __future__ import annotations
 
 import functools
+import platform
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ from .errors import UserError
 # CPU instructions that multiply bf16 natively; without them bf16 products are emulated, many times slower
 # than fp32 (docs/performance.md: over 10x for a training update on an AMD EPYC with AVX2 only).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+CPUINFO = Path("/proc/cpuinfo")
 
 
 def resolve_device(choice: str, option: str, index: int = 0) -> torch.device:
@@ -35,16 +37,31 @@ def uses_bf16(precision: str, device: torch.device) -> bool:
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
 
-@functools.cache
-def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether the CPU has native bf16 products (AVX-512 BF16 or AMX), from its flags; True where they
-    cannot be read (not Linux), so that nothing is claimed about a CPU not looked at."""
+def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, frozenset[str] | None]:
+    """The CPU's model name and instruction-set flags, as `lscpu` shows them (from /proc/cpuinfo); the
+    flags are None where they cannot be read (not Linux)."""
+    model = platform.processor() or "unknown"
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return True
-    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
-    return any(flag in flags for flag in BF16_CPU_FLAGS)
+        return model, None
+    flags: frozenset[str] = frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            model = value.strip()
+        elif key.strip() == "flags":
+            flags = frozenset(value.split())
+            break
+    return model, flags
+
+
+@functools.cache
+def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
+    """Whether the CPU has native bf16 products (AVX-512 BF16 or AMX); True where its flags cannot be
+    read, so that nothing is claimed about a CPU not looked at."""
+    flags = cpu_model_and_flags(cpuinfo)[1]
+    return flags is None or not flags.isdisjoint(BF16_CPU_FLAGS)
 
 
 @functools.cache
