@@ -29,7 +29,7 @@ from pathlib import Path
 from seq2seq_attn.config import Config, load_config
 from seq2seq_attn.heatmap import pick_by_length
 from seq2seq_attn.io import read_lines, write_text
-from seq2seq_attn.report import render
+from seq2seq_attn.report import bucket_rows, render
 
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
 
@@ -175,8 +175,11 @@ def _heatmaps(config: Config, test_src: Path, folder: Path, count: int) -> None:
 
 
 def _bleu_by_bucket(report: dict, label: str) -> dict[str, float]:
+    """BLEU per length bucket (all sentences; empty buckets left out) of system `label`."""
     system = next(s for s in report["systems"] if s["label"] == label)
-    return {row["bucket"]: row["bleu"] for row in system["rows"] if row["bucket"] != "all" and row["count"]}
+    return {
+        bucket: row["bleu"] for bucket, row in bucket_rows(system).items() if bucket != "all" and row["count"]
+    }
 
 
 def attention_and_fixed(configs: list[Config], labels: list[str]) -> tuple[str, str]:

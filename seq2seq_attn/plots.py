@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from .errors import UserError
 from .io import atomic_write
+from .report import bucket_rows
 
 IMAGE_FORMATS = ("png", "pdf", "svg")
 
@@ -99,7 +100,7 @@ def curve_figure(report: dict[str, Any]) -> Figure:
     x = np.arange(len(buckets))
     by_bucket = []  # per system: {bucket label: row}
     for system in report["systems"]:
-        rows = {row["bucket"]: row for row in system["rows"] if row["subset"] == "all"}
+        rows = bucket_rows(system)
         by_bucket.append(rows)
         ordered = [rows[bucket] for bucket in buckets]
         overall = rows["all"]["bleu"]

@@ -46,6 +46,11 @@ def subset_rows(report: dict[str, Any], subset: str) -> list[tuple[str, dict[str
     ]
 
 
+def bucket_rows(system: dict[str, Any], subset: str = "all") -> dict[str, dict[str, Any]]:
+    """{bucket label ("all" included): row} of one system's rows in `subset`."""
+    return {row["bucket"]: row for row in system["rows"] if row["subset"] == subset}
+
+
 def score_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
     """BLEU, its interval, chrF, BP and length ratio per system and bucket ("all" first) of one subset;
     '*' marks a count below the minimum."""

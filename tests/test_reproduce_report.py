@@ -46,3 +46,15 @@ def test_summary_names_the_buckets_where_attention_wins_significantly():
     summary = reproduce._summary(report, {"training": 60.0}, verdicts, [finding], argparse.Namespace())
     assert f"- {finding}" in summary and "[report.html](report.html)" in summary
     assert "| RNNsearch | 10-20 |" in summary
+
+
+def test_the_criteria_read_the_rows_of_all_sentences_only():
+    """A word-vocabulary run adds "no UNK" rows; the length criteria judge the "all" rows."""
+    rows = [
+        {"subset": subset, "bucket": bucket, "bleu": bleu, "count": 5}
+        for subset, offset in (("all", 0.0), ("no UNK", 50.0))
+        for bucket, bleu in (("all", 10.0), ("0-10", 20.0), ("10-20", 5.0))
+        for bleu in [bleu + offset]
+    ]
+    report = {"systems": [{"label": "S", "rows": rows}]}
+    assert load_reproduce()._bleu_by_bucket(report, "S") == {"0-10": 20.0, "10-20": 5.0}
