@@ -100,11 +100,13 @@ def randomization_p(stats_a: np.ndarray, stats_b: np.ndarray, observed: float, t
     count = len(stats_a)
     rng = np.random.default_rng(list(seed))
     chunk = max(1, MAX_DRAWS // count)
+    total_a, total_b = stats_a.sum(axis=0), stats_b.sum(axis=0)
     null = []
     for start in range(0, trials, chunk):
         swap = rng.integers(0, 2, size=(min(chunk, trials - start), count)).astype(np.float64)  # (size, n)
-        keep = 1.0 - swap
-        shuffled_a = bleu_scores(keep @ stats_a + swap @ stats_b)  # (size,)
-        shuffled_b = bleu_scores(swap @ stats_a + keep @ stats_b)
+        # a trial's totals: A's statistics with the swapped rows' B - A added, and B's with them removed
+        moved = swap @ (stats_b - stats_a)  # (size, 10); integer counts: exact in float64
+        shuffled_a = bleu_scores(total_a + moved)  # (size,)
+        shuffled_b = bleu_scores(total_b - moved)
         null.append(np.abs(shuffled_a - shuffled_b))
     return p_value(np.concatenate(null), abs(observed))

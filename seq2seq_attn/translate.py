@@ -149,10 +149,11 @@ class Translator:
 
     def attention(self, translation: Translation) -> tuple[np.ndarray, list[str], list[str]] | None:
         """The best hypothesis' attention (target pieces, source pieces), with the source and target
-        pieces that label it (</s> included); None when nothing was attended."""
-        hyp = translation.hypotheses[0]
-        if hyp.attention is None:  # every continuation was forbidden: nothing was attended
+        pieces that label it (</s> included); None when nothing was attended (an empty line, or every
+        continuation forbidden)."""
+        if not translation.hypotheses or translation.hypotheses[0].attention is None:
             return None
+        hyp = translation.hypotheses[0]
         source = [*translation.src_pieces, EOS_PIECE]
         target = [*self.vocab.tgt_pieces(hyp.tokens), EOS_PIECE]
         return hyp.attention, source, target
@@ -206,7 +207,7 @@ def translate_stream(
             for offset, translation in enumerate(translator.translate(chunk)):
                 rows = format_rows(count + offset, translation, translator.cfg.nbest, scores)
                 sink.write("".join(row + "\n" for row in rows).encode("utf-8"))
-                if attention_dir is not None and translation.hypotheses:
+                if attention_dir is not None:
                     translator.write_attention(attention_dir, count + offset, translation)
             sink.flush()
             count += len(chunk)

@@ -258,7 +258,7 @@ def attention_heatmaps(run: TranslatedRun, sources: list[str]) -> list[dict[str,
     run.translator.with_attention = True
     heatmaps = []
     for line, translation in zip(lines, run.translator.translate([sources[i] for i in lines]), strict=True):
-        found = run.translator.attention(translation) if translation.hypotheses else None
+        found = run.translator.attention(translation)
         if found is not None:
             title = f"{run.system.label}, line {line + 1} ({len(sources[line].split())} words)"
             heatmaps.append({"title": title, "svg": svg_text(attention_figure(*found))})
