@@ -54,17 +54,6 @@ def exclusive(folder: str | Path) -> Iterator[None]:
         os.close(fd)
 
 
-def run_dir_lock(run_dir: str | Path) -> contextlib.AbstractContextManager:
-    """The lock `seq2seq train` holds on its run directory.
-
-    Under torchrun only rank 0 writes the run directory, so only it takes the lock (torchrun's RANK is
-    unset in a single process); the other ranks wait for rank 0 as usual, and stop when it is refused.
-    """
-    if os.environ.get("RANK", "0") != "0":
-        return contextlib.nullcontext()
-    return exclusive(run_dir)
-
-
 def _acquire(path: Path) -> int:
     """Open and lock `path`; return the descriptor, which the caller closes to release the lock."""
     while True:

@@ -46,12 +46,13 @@ from .device import resolve_device, uses_bf16
 from .distributed import Ranks, StopSignals
 from .errors import UserError
 from .io import TEMP_SUFFIX, write_text
+from .lock import exclusive
 from .loss import batch_loss, loss_divisor
 from .metrics import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .model import Seq2Seq, build_model
 from .optim import FUSED, Schedule, build_optimizer, step_optimizer
 from .validate import validate
-from .vocab import Vocab, build_vocab
+from .vocab import Vocab, build_vocab, vocab_dir
 
 
 def train(config: Config, resume: bool = False, stop_after: int | None = None) -> Path:
@@ -61,13 +62,20 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
     an interruption).
     """
     ranks = distributed.init_ranks(config.train.device)
+    # One trainer per run, from before anything is written there; under DDP only rank 0 writes the run.
+    with exclusive(config.run_dir) if ranks.is_main else contextlib.nullcontext():
+        _train(config, ranks, resume, stop_after)
+    return config.run_dir
+
+
+def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -> None:
     device = _pick_device(config, ranks)
     run_dir = config.run_dir
     if ranks.is_main:
         vocab = _prepare_inputs(config)
     ranks.barrier()
     if not ranks.is_main:
-        vocab = Vocab.load(config.data_dir / "vocab")
+        vocab = Vocab.load(vocab_dir(config))
     state = resume_point(config, vocab.fingerprint(), required=resume)
 
     seed_everything(config.seed + ranks.rank)
@@ -90,7 +98,6 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
     if ranks.is_distributed:
         del trainer  # DDP's reducer holds the process group: let it go first
         distributed.shutdown()
-    return run_dir
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -116,7 +123,7 @@ def _batch_stream(config: Config, ranks: Ranks, device: torch.device) -> BatchSt
     """This rank's endless stream of training batches."""
     cfg = config.train
     stream = BatchStream(
-        load_cache(config.data_dir / "vocab", "train"),
+        load_cache(vocab_dir(config), "train"),
         cfg.batch_type,
         cfg.batch_size,
         cfg.max_len,

@@ -20,7 +20,7 @@ from .io import read_lines
 from .loss import batch_loss
 from .metrics import perplexity
 from .search import translate_ids
-from .vocab import Vocab
+from .vocab import Vocab, vocab_dir
 
 
 @torch.no_grad()
@@ -29,7 +29,7 @@ def validate(model, config: Config, vocab: Vocab, device: torch.device, bf16: bo
     was_training = model.training
     model.eval()
     try:
-        cache = load_cache(config.data_dir / "vocab", "valid")
+        cache = load_cache(vocab_dir(config), "valid")
         count = len(cache.src)
         if config.train.valid_max_sentences:
             count = min(count, config.train.valid_max_sentences)

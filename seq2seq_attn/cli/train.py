@@ -34,8 +34,6 @@ def train_command(
     if dry_run:
         print_resolved(resolved)
         return
-    from ..lock import run_dir_lock
     from ..train import train  # torch import only when training
 
-    with run_dir_lock(resolved.run_dir):  # before anything is written there: one trainer per run
-        train(resolved, resume=resume)
+    train(resolved, resume=resume)

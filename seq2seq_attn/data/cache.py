@@ -50,20 +50,19 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
     hashes = {name: sha256_file(file) for name, file in files.items()}
     stale = [name for name in files if force or not _is_current(folder, name, entries, hashes[name])]
     if stale:
-        info(f"vocab: encoding {', '.join(stale)} into {folder}")
-        bar = progress(
-            total=sum(files[name].stat().st_size for name in stale), unit="B", unit_scale=True, desc="encode"
-        )
-        with exclusive(config.data_dir), bar:  # one writer at a time
+        with exclusive(config.data_dir):  # one writer at a time (a refused one prints nothing else)
+            info(f"vocab: encoding {', '.join(stale)} into {folder}")
             for name in stale:
                 entries.pop(name, None)
             write_json(manifest_file, manifest)
-            for name in stale:
-                encode = vocab.encode_src if name.endswith(".src") else vocab.encode_tgt
-                bar.set_postfix_str(name)
-                counts = _encode_file(files[name], encode, folder / name, bar)
-                entries[name] = {"sha256": hashes[name], **counts}
-                write_json(manifest_file, manifest)
+            total = sum(files[name].stat().st_size for name in stale)
+            with progress(total=total, unit="B", unit_scale=True, desc="encode") as bar:
+                for name in stale:
+                    encode = vocab.encode_src if name.endswith(".src") else vocab.encode_tgt
+                    bar.set_postfix_str(name)
+                    counts = _encode_file(files[name], encode, folder / name, bar)
+                    entries[name] = {"sha256": hashes[name], **counts}
+                    write_json(manifest_file, manifest)
     for split in SPLITS:
         _check_aligned(entries, split, config.data_dir)
     return stale
