@@ -310,6 +310,11 @@ def alignment_scores(counts: np.ndarray) -> dict[str, Any]:
     }
 
 
+def diagonal_links(corpus: AlignmentCorpus) -> list[set[Link]]:
+    """The links of the diagonal baseline aligner, sentence by sentence."""
+    return [predict_links(matrix, "argmax") for matrix in diagonal_scores(corpus)]
+
+
 def score_links(
     predicted: Sequence[set[Link]], corpus: AlignmentCorpus, edges: Sequence[int] | None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -394,7 +399,6 @@ def alignment_section(
     figures = check_sentences(figures, len(corpus.gold))
     links = [predict_links(matrix, method, threshold) for matrix in scores]
     overall, by_length = score_links(links, corpus, edges)
-    diagonal = [predict_links(matrix, "argmax") for matrix in diagonal_scores(corpus)]
     drawn = []
     for number in figures:
         label = f"sentence {number}: {title} ({method_label(method, threshold)})"
@@ -410,7 +414,7 @@ def alignment_section(
         "method": method_label(method, threshold),
         "overall": overall,
         "by_length": by_length,
-        "baseline": score_links(diagonal, corpus, None)[0] if baseline else None,
+        "baseline": score_links(diagonal_links(corpus), corpus, None)[0] if baseline else None,
         "figures": drawn,
     }
 

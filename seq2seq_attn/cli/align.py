@@ -91,7 +91,14 @@ def align_command(
 ) -> None:
     """Force each reference through a trained model, turn its attention into word links and score them
     against gold alignments: AER, precision and recall (Och & Ney 2003), beside a diagonal baseline."""
-    from ..align import alignment_section, attention_scores, diagonal_scores, load_corpus, render_text
+    from ..align import (
+        alignment_section,
+        attention_scores,
+        diagonal_links,
+        load_corpus,
+        render_text,
+        score_links,
+    )
     from ..checkpoint import load_trained
     from ..device import resolve_device
 
@@ -108,8 +115,8 @@ def align_command(
     section = alignment_section(
         corpus, scores, method=method.value, threshold=threshold, edges=edges, figures=numbers
     )
-    diagonal = alignment_section(corpus, diagonal_scores(corpus), edges=edges, baseline=False)
-    typer.echo(render_text(section, diagonal["by_length"]), nl=False)
+    diagonal_by_length = score_links(diagonal_links(corpus), corpus, edges)[1]
+    typer.echo(render_text(section, diagonal_by_length), nl=False)
     if json_out is not None:
         write_json(json_out, section)
         info(f"wrote {json_out}")
