@@ -3,7 +3,8 @@
     python scripts/gpu_check.py env FOLDER DEVICE            -> FOLDER/torch.json
     python scripts/gpu_check.py summary OUT DEVICE QUICK SECONDS -> OUT/summary.json, OUT/summary.md
 
-Standard library and torch only, so that it runs on a bare GPU image.
+Standard library, torch and the repository's benchmarks/machine.py only, so that it runs on a bare GPU
+image (with the repository root on PYTHONPATH, as gpu_check.sh sets it).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import platform
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -39,11 +39,11 @@ def environment(folder: Path, device: str) -> None:
     when `device` is cuda and torch sees no CUDA device."""
     import torch
 
+    from benchmarks.machine import describe  # (the repository root is on PYTHONPATH: gpu_check.sh)
+
     cuda = torch.cuda.is_available()
     info = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
+        **describe("cuda" if cuda else "cpu", 0),  # CPU model and flags, torch, its threads, load, the GPU
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
         "cuda_available": cuda,
         "devices": [
@@ -56,7 +56,6 @@ def environment(folder: Path, device: str) -> None:
         ],
         "bf16": torch.cuda.is_bf16_supported() if cuda else None,
         "nccl": str(torch.cuda.nccl.version()) if cuda and torch.distributed.is_nccl_available() else None,
-        "cpu_threads": torch.get_num_threads(),
         "packages": {name: _version(name) for name in PACKAGES + OPTIONAL},
     }
     folder.mkdir(parents=True, exist_ok=True)
