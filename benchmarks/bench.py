@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent for all toolkits")
     add("--device", choices=["auto", "cpu", "cuda"], default="auto")
     add("--threads", type=int, default=0, help="OMP/MKL threads of every process (0: torch's default)")
+    add(
+        "--opennmt-hidden",
+        type=int,
+        default=256,
+        help="OpenNMT-py's hidden_size: its decoder's; its brnn encoder gets half per direction (512: ours)",
+    )
     add("--toolkits", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")
     add("--config", type=Path, default=ROOT / "configs/small_rnnsearch.yaml", help="our attention model")
     add("--baseline", type=Path, default=ROOT / "configs/small_rnnencdec.yaml", help="our no-attention model")
@@ -121,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
         max_steps=args.max_steps,
         budget_s=args.budget * 60,
         attention=load_config(args.config, args.overrides).model.attention,
+        opennmt_hidden=args.opennmt_hidden,
     )
     out = args.out.resolve()
     env = _environment(args.threads)

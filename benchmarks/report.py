@@ -47,7 +47,10 @@ OURS_FIGURES = [
     ("noattn_tokens_per_s", "no-attention model: training target tokens/s", 0),
 ]
 # the speed targets: the factor ours / faster peer required on each device
-TARGETS = {"cpu": {"train": 1.5, "beam": 2.0}, "cuda": {"train": 2.0, "beam": 3.0}}
+TARGETS = {
+    "cpu": {"train": 1.5, "beam": 2.0, "greedy": 1.0},
+    "cuda": {"train": 2.0, "beam": 3.0, "greedy": 1.0},
+}
 
 
 def medians(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, float | None]:
@@ -116,6 +119,11 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "beam-search sentences/s vs the faster peer",
             versus_best_peer("beam_sentences_per_s"),
             factors["beam"],
+        ),
+        (
+            "greedy target tokens/s vs the faster peer",
+            versus_best_peer("greedy_tokens_per_s"),
+            factors["greedy"],
         ),
         ("BLEU after the same budget vs the best peer", versus_best_peer("bleu_beam"), 1.0),
         ("attention / no-attention training tokens/s", ratio(ours.get("train_tokens_per_s"), noattn), 0.5),
@@ -223,6 +231,7 @@ def _context(result: dict[str, Any]) -> list[str]:
         "(ours included)",
         *(f"- **warning**: {warning}" for warning in result.get("warnings", [])),
         "- toolkits: " + "; ".join(_version(t) for t in result["toolkits"].values()),
+        *_opennmt_sizes(result),
         f"- corpus: {corpus['name']}: {pairs} pairs",
         f"- {repetitions}, toolkits alternating, medians shown",
         f"- training: {s['budget_min']:g} min of wall clock from process start{stop}; batch {s['batch']} "
@@ -230,6 +239,17 @@ def _context(result: dict[str, Any]) -> list[str]:
         f"for every toolkit, in intervals of {s['log_every']}{short}",
         f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; outputs up to "
         + _output_bound(s),
+    ]
+
+
+def _opennmt_sizes(result: dict[str, Any]) -> list[str]:
+    """OpenNMT-py's width, when it ran: its `hidden_size` is the decoder's and is split in two for the
+    encoder's directions, so at one hidden size its encoder is half as wide as ours."""
+    if logs.OPENNMT not in result["toolkits"]:
+        return []
+    hidden = result["settings"].get("opennmt_hidden", 256)
+    return [
+        f"- OpenNMT-py sizes: hidden_size {hidden}: encoder {hidden // 2} + {hidden // 2}, decoder {hidden}"
     ]
 
 

@@ -65,6 +65,7 @@ class Settings:
     max_steps: int  # 0: only the wall-clock budget ends training
     budget_s: float  # wall-clock training budget from process start, enforced by SIGINT
     attention: str  # our model's `model.attention`; each peer gets its own name for that score
+    opennmt_hidden: int = 256  # OpenNMT-py's hidden_size: its decoder's, split in two for its brnn encoder
 
 
 @dataclass
@@ -339,6 +340,7 @@ class OpenNMT(Peer):
         values |= {
             "DTYPE": "fp16" if cuda else "fp32",
             "ATTENTION": OPENNMT_ATTENTION[self.settings.attention],
+            "HIDDEN": self.settings.opennmt_hidden,
         }
         return self.render(folder / f"opennmt.{name}.yaml", values)
 

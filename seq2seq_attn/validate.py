@@ -13,7 +13,7 @@ import numpy as np
 import sacrebleu
 import torch
 
-from .batching import collate, cut_batches
+from .batching import collate, cut_batches, length_order
 from .config import Config
 from .data.cache import load_cache
 from .io import read_lines
@@ -43,7 +43,7 @@ def validate(model, config: Config, vocab: Vocab, device: torch.device, bf16: bo
 def _dev_loss(model, cache, count: int, config: Config, device: torch.device, bf16: bool) -> float:
     src_lengths = np.asarray(cache.src.lengths[:count])
     tgt_lengths = np.asarray(cache.tgt.lengths[:count])
-    order = np.lexsort((tgt_lengths, src_lengths))
+    order = length_order(src_lengths, tgt_lengths)
     total, tokens = 0.0, 0
     for examples in cut_batches(
         order, src_lengths, tgt_lengths, config.train.batch_type, config.train.batch_size

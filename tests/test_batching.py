@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from seq2seq_attn.batching import BatchStream, collate, plan_epoch, shard
+from seq2seq_attn.batching import BatchStream, collate, length_order, plan_epoch, shard
 
 
 class Side:
@@ -54,6 +54,33 @@ def test_token_budget_and_low_padding_on_skewed_lengths():
     # without sorting (pool of one batch) padding is far higher: the bucketing is what keeps it low
     unsorted = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "sentences", 64, 1, seed=1, epoch=0)
     assert padding_ratio(cache, unsorted) > 0.3
+
+
+def test_pairs_sort_by_their_longer_side_then_their_total():
+    src, tgt = np.array([5, 2, 9, 3, 4, 3]), np.array([1, 7, 2, 4, 4, 3])
+    # longer sides 5 7 9 4 4 3; the two of 4 by total: (3, 4) = 7 before (4, 4) = 8
+    assert length_order(src, tgt).tolist() == [5, 3, 4, 0, 1, 2]
+    ties = np.array([2, 2, 2])  # stable: equal pairs keep their (shuffled) order
+    assert length_order(ties, ties).tolist() == [0, 1, 2]
+
+
+def test_both_sides_keep_little_padding():
+    """Sorted by the source alone, the target side (where the decoder spends an update) keeps the padding
+    that the source/target length ratio spreads; sorted by the longer side, both sides stay low."""
+    cache = Cache(6400)
+    src, tgt = cache.src.lengths, cache.tgt.lengths
+    batches = plan_epoch(src, tgt, np.arange(6400), "sentences", 64, 100, seed=1, epoch=0)
+
+    def padding(side: np.ndarray, plan: list[np.ndarray]) -> float:
+        return 1 - sum(int(side[b].sum()) + len(b) for b in plan) / sum(
+            len(b) * int(side[b].max() + 1) for b in plan
+        )
+
+    by_source = np.argsort(src, kind="stable")
+    source_only = [by_source[i : i + 64] for i in range(0, 6400, 64)]
+    assert padding(tgt, batches) < 0.12 and padding(src, batches) < 0.12
+    assert padding(tgt, source_only) > 2 * padding(tgt, batches)
+    assert padding_ratio(cache, batches) < padding_ratio(cache, source_only)
 
 
 def test_sentence_batches_and_max_len_filter():

@@ -172,9 +172,24 @@ def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
                 "version": {"version": "0.1.0"},
                 "runs": runs(
                     [
-                        {"train_points": _flat(9000.0), "beam_sentences_per_s": 100.0, "bleu_beam": 30.0},
-                        {"train_points": _flat(8000.0), "beam_sentences_per_s": 120.0, "bleu_beam": 32.0},
-                        {"train_points": _flat(10000.0), "beam_sentences_per_s": 90.0, "bleu_beam": 31.0},
+                        {
+                            "train_points": _flat(9000.0),
+                            "beam_sentences_per_s": 100.0,
+                            "bleu_beam": 30.0,
+                            "greedy_tokens_per_s": 900.0,
+                        },
+                        {
+                            "train_points": _flat(8000.0),
+                            "beam_sentences_per_s": 120.0,
+                            "bleu_beam": 32.0,
+                            "greedy_tokens_per_s": 800.0,
+                        },
+                        {
+                            "train_points": _flat(10000.0),
+                            "beam_sentences_per_s": 90.0,
+                            "bleu_beam": 31.0,
+                            "greedy_tokens_per_s": 700.0,
+                        },
                     ]
                 ),
             },
@@ -183,7 +198,12 @@ def _result(device: str = "cpu", corpus: str = "synthetic") -> dict:
                 "version": {"version": "2.3.0"},
                 "runs": runs(
                     [
-                        {"train_points": _flat(1500.0), "beam_sentences_per_s": 60.0, "bleu_beam": 20.0},
+                        {
+                            "train_points": _flat(1500.0),
+                            "beam_sentences_per_s": 60.0,
+                            "bleu_beam": 20.0,
+                            "greedy_tokens_per_s": 1000.0,
+                        },
                         {"train_points": _flat(1700.0), "error": "beam decoding failed (exit 1), see x.log"},
                     ]
                 ),
@@ -215,6 +235,7 @@ def test_medians_ratios_and_targets():
     }
     assert verdicts["training target tokens/s vs the faster peer"] == (9000 / 1600, 1.5, True)
     assert verdicts["beam-search sentences/s vs the faster peer"] == (100 / 60, 2.0, False)
+    assert verdicts["greedy target tokens/s vs the faster peer"] == (800 / 1000, 1.0, False)
     assert verdicts["BLEU after the same budget vs the best peer"] == (31 / 20, 1.0, True)
     assert verdicts["attention / no-attention training tokens/s"] == (9000 / 20000, 0.5, False)
 
@@ -224,8 +245,8 @@ def test_gpu_targets_are_stricter_and_missing_figures_give_no_verdict():
     result["toolkits"]["joeynmt"]["runs"] = []
     result["ours_extra"] = []
     targets = report.summarise(result)["targets"]
-    assert [t["required"] for t in targets] == [2.0, 3.0, 1.0, 0.5]
-    assert [t["met"] for t in targets] == [None, None, None, None]
+    assert [t["required"] for t in targets] == [2.0, 3.0, 1.0, 1.0, 0.5]
+    assert [t["met"] for t in targets] == [None, None, None, None, None]
 
 
 def test_every_toolkit_is_measured_over_the_same_updates_and_the_header_says_which():
@@ -514,6 +535,19 @@ def test_peers_get_our_kind_of_attention(ours, opennmt, joeynmt, tmp_path):
     peer = JoeyNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
     config = yaml.safe_load(peer.config(folder, "beam5", 5).read_text(encoding="utf-8"))
     assert config["model"]["decoder"]["attention"] == joeynmt
+
+
+def test_opennmt_gets_the_asked_width_and_the_report_says_so(tmp_path):
+    """--opennmt-hidden 512 gives OpenNMT-py an encoder of our width (256 per direction)."""
+    settings = dataclasses.replace(SETTINGS, opennmt_hidden=512)
+    peer = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
+    config = yaml.safe_load(peer.config(tmp_path / "rep1", "train").read_text(encoding="utf-8"))
+    assert config["hidden_size"] == 512
+    result = report.summarise(_result())
+    result["toolkits"]["opennmt"] = {"label": "OpenNMT-py 3.5.1", "runs": []}
+    result["settings"]["opennmt_hidden"] = 512
+    text = report.markdown({"cpu synthetic": result})
+    assert "- OpenNMT-py sizes: hidden_size 512: encoder 256 + 256, decoder 512" in text
 
 
 def test_joeynmt_without_our_attention_is_skipped(tmp_path):

@@ -53,6 +53,21 @@ def test_chunks_give_the_loss_and_gradients_of_one_block(chunk_logits: int, smoo
     assert (grads[0][2, 1:] == 0).all()  # PAD positions get no gradient
 
 
+def test_only_real_targets_are_projected() -> None:
+    """Padding rows never reach the vocabulary projection (its largest product): 9 real targets of 15."""
+    projection, features, targets = problem()
+    rows = []
+
+    def logits_of(part: torch.Tensor) -> torch.Tensor:
+        rows.append(part.size(0))
+        return projection(part)
+
+    loss = summed_cross_entropy(logits_of, features, targets, VOCAB, chunk_logits=VOCAB * 4)
+    assert rows == [4, 4, 1]  # the 3 + 5 + 1 real targets, in chunks of 4 rows
+    assert sum(rows) == int((targets != PAD_ID).sum())
+    torch.testing.assert_close(loss, reference(projection, features, targets, 0.0))
+
+
 def test_all_padding_costs_nothing() -> None:
     projection, features, _ = problem()
     targets = torch.full((3, 5), PAD_ID)
