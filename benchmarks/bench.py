@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     _warn(result, load_warning(machine["load_before"]))
     if "ours" in chosen:
-        toolkits.append(Ours(args.config, ours_sets, settings, data_dir, peer_dir))
+        toolkits.append(Ours(args.config, ours_sets, settings, data_dir))
     for key in (k for k in PEERS if k in chosen):
         peer = PEERS[key](args.cache.resolve(), peer_dir, pieces, settings, torch.__version__.split("+")[0])
         _step(f"setting up {peer.label} in {peer.venv}")
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # our no-attention model, trained just over the throughput window
     baseline_sets = [*ours_sets, f"train.max_steps={args.warmup + args.steps}"]
-    baseline = Ours(args.baseline, baseline_sets, settings, data_dir, peer_dir)
+    baseline = Ours(args.baseline, baseline_sets, settings, data_dir)
     refs = list(read_lines(data_dir / "test.tgt"))
     for rep in range(args.reps):
         shift = rep % max(len(toolkits), 1)  # alternate: each repetition starts with the next toolkit

@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--input", type=Path, required=True, help="raw source text, one sentence per line")
     parser.add_argument("--output", type=Path, required=True, help="detokenised translations")
     parser.add_argument("--beam", type=int, required=True, help="beam width (1: greedy)")
-    parser.add_argument("--batch-tokens", type=int, required=True, help="padded source tokens per batch")
+    parser.add_argument("--batch-sentences", type=int, required=True, help="sentences per batch")
     parser.add_argument("--max-len-a", type=float, required=True, help="generated tokens at most: a x source")
     parser.add_argument("--max-len-b", type=int, required=True, help="... + b")
     parser.add_argument("--alpha", type=float, required=True, help="GNMT length-penalty exponent")
@@ -50,7 +50,8 @@ def main() -> None:
         min_len=0,
         min_len_a=0.0,
         no_repeat_ngram=0,
-        batch_tokens=args.batch_tokens,
+        batch_tokens=2**31 - 1,  # batches of `batch_sentences` sentences, as the peers' -batch_type sents
+        batch_sentences=args.batch_sentences,
         replace_unk=False,
         max_src_tokens=2**31 - 1,  # the peers never cut a test source: neither do we (default: 256 pieces)
     )

@@ -291,8 +291,8 @@ METHOD = f"""How it is measured:
   decoded and scored. Every repetition trains from scratch in an emptied folder.
 - Decoding: the whole test set, timed by each toolkit around its search (start-up and model loading
   excluded): OpenNMT-py's translation time, JoeyNMT's generation time, ours around the translate pipeline
-  (`benchmarks/ours_decode.py`). The peers decode `batch` sentences per batch; ours batches by source
-  tokens, `batch` times the mean test source length. Target tokens are the generated pieces.
+  (`benchmarks/ours_decode.py`). Every toolkit decodes `batch` sentences per batch.
+  Target tokens are the generated pieces.
 - Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
 - Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the
   no-attention model (`--baseline` config) trained over the same window of updates.""".splitlines()

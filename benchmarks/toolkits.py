@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import subprocess
 import sys
 import zipfile
@@ -111,11 +110,6 @@ def export_pieces(data_dir: Path, pieces: Pieces, peer_dir: Path) -> None:
             )
 
 
-def mean_source_tokens(peer_dir: Path) -> float:
-    """Mean test source length in pieces, EOS included: turns 'batch sentences' into our token budget."""
-    return statistics.fmean(len(line.split()) + 1 for line in read_lines(peer_dir / "test.src"))
-
-
 # ----------------------------------------------------------------------------------------------------------
 # the toolkits
 
@@ -165,13 +159,9 @@ class Ours(Toolkit):
 
     key, label = logs.OURS, "ours"
 
-    def __init__(
-        self, config: Path, overrides: list[str], settings: Settings, data_dir: Path, peer_dir: Path
-    ):
+    def __init__(self, config: Path, overrides: list[str], settings: Settings, data_dir: Path):
         self.config, self.overrides, self.settings = config, overrides, settings
         self.test_src = data_dir / "test.src"
-        # the peers decode `batch` sentences per batch; ours counts source tokens: the same on average
-        self.batch_tokens = max(1, round(settings.batch * mean_source_tokens(peer_dir)))
 
     def train_job(self, folder: Path) -> Job:
         sets = _sets([*self.overrides, f"train.run_dir={folder / 'model'}"])
@@ -198,7 +188,7 @@ class Ours(Toolkit):
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
         options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
-        options |= {"--beam": beam, "--batch-tokens": self.batch_tokens, "--alpha": s.alpha}
+        options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha}
         options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA, "--device": s.device}
         return Job(launched(sys.executable, [str(OURS_DECODE), *_flat(options)]), hyp.with_suffix(".log"))
 

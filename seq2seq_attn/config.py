@@ -349,6 +349,12 @@ class DecodeConfig:
     )
     no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
     batch_tokens: int = option(4000, "Source tokens per decoding batch.", ge=1)
+    batch_sentences: int = option(
+        0,
+        "At most this many sentences per decoding batch (0: no limit, batch_tokens alone cuts). With a large "
+        "batch_tokens, batches of this many sentences, as OpenNMT-py's -batch_type sents.",
+        ge=0,
+    )
     max_src_tokens: int = option(
         256,
         "translate and eval --model cut longer sources to this many pieces: search time and memory grow "

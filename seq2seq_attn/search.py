@@ -245,19 +245,21 @@ def translate_ids(
     """Search every source sentence (ids without EOS); the n-best lists come back in input order.
 
     Sentences are sorted by length and cut into batches of at most `batch_tokens` padded source tokens
-    (default `decode_cfg.batch_tokens`) so little work is spent on padding; the model is put in eval mode
+    (default `decode_cfg.batch_tokens`) and `decode_cfg.batch_sentences` sentences (0: any number), so
+    little work is spent on padding; the model is put in eval mode
     for the call and restored afterwards. With bf16 (`decode.precision`) the model runs under autocast and
     the scores are still summed in fp32.
     """
     device = torch.device(device)
     bf16 = uses_bf16(decode_cfg.precision, device)
     budget = batch_tokens or decode_cfg.batch_tokens
+    most = decode_cfg.batch_sentences or len(src_ids)
     order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     was_training = model.training
     model.eval()
     try:
-        for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget):
+        for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget, most):
             src, lengths = pad_sources([src_ids[i] for i in batch], device)
             with bf16_autocast(device.type, bf16):
                 searched = beam_search(model, src, lengths, decode_cfg, with_attention)
@@ -268,11 +270,13 @@ def translate_ids(
     return results
 
 
-def _length_batches(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
-    """Cut `order` (longest first) so that sentences x longest length <= budget (at least one sentence)."""
+def _length_batches(order: list[int], lengths: list[int], budget: int, most: int) -> list[list[int]]:
+    """Cut `order` (longest first) so that sentences x longest length <= budget and sentences <= most
+    (at least one sentence)."""
     batches: list[list[int]] = []
     for i in order:
-        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= budget:
+        last = batches[-1] if batches else []
+        if last and len(last) < most and lengths[last[0]] * (len(last) + 1) <= budget:
             batches[-1].append(i)
         else:
             batches.append([i])

@@ -424,7 +424,7 @@ def test_opennmt_updates_and_checkpoints_after_the_budget_do_not_count(tmp_path)
 def test_updates_in_the_budget_are_those_of_the_decoded_checkpoint(tmp_path):
     folder = tmp_path / "run"
     (folder / "model" / "checkpoints").mkdir(parents=True)
-    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data", _peer_dir(tmp_path))
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data")
     assert ours.trained_steps(folder) is None
     payload = {"model": {"w": torch.zeros(1)}, "config": {}, "step": 137}
     torch.save(payload, folder / "model" / "checkpoints" / "latest.pt")
@@ -510,11 +510,11 @@ def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
     argv = opennmt.decode_job(folder / "opennmt", 5, tmp_path / "o.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
     assert float(options["-max_length_ratio"]) == 1.5 and int(options["-max_length"]) > 10**6
-    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data", peer_dir)
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data")
     argv = ours.decode_job(folder / "ours", 5, tmp_path / "h.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
     assert (float(options["--max-len-a"]), int(options["--max-len-b"])) == (1.5, 5)
-    assert options["--batch-tokens"] == str(64 * 5)  # 64 sentences of 4 pieces + EOS on average
+    assert options["--batch-sentences"] == "64"  # as the peers' batches
 
     other = dataclasses.replace(SETTINGS, output_ratio=1.25)
     with pytest.raises(Skip, match="only at 1.5"):

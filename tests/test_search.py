@@ -220,6 +220,35 @@ def test_finished_sentences_leave_the_batch() -> None:
     assert counting.encoder_rows == [rows // k for rows in counting.rows]
 
 
+class EncodeCounter(CountingModel):
+    """Records the sentences of every search batch (one `encode` call each)."""
+
+    def encode(self, src, src_lengths):
+        self.encoder_rows.append(len(src))
+        return self.inner.encode(src, src_lengths)
+
+    def step(self, enc, state, y_prev):
+        return self.inner.step(enc, state, y_prev)
+
+
+@pytest.mark.parametrize(
+    ("batch_tokens", "batch_sentences", "batches"),
+    [(10**6, 3, [3, 3, 3, 1]), (10**6, 0, [10]), (4 * 3, 0, [1, 1, 2, 3, 3]), (4 * 3, 2, [1, 1, 2, 2, 2, 2])],
+)
+def test_search_batches_obey_both_the_token_and_the_sentence_limit(
+    batch_tokens: int, batch_sentences: int, batches: list[int]
+) -> None:
+    """Sentences of 10, 9, 5, 5, 3 x 3 and 2 x 3 pieces (+ EOS), longest first; a batch may hold
+    sentences x longest <= batch_tokens and at most batch_sentences of them (0: any number)."""
+    counting = EncodeCounter(random_model(6))
+    srcs = [[5] * n for n in (10, 9, 5, 5, 3, 3, 3, 2, 2, 2)]
+    cfg = decode(
+        beam_size=1, max_len_a=0.0, max_len_b=1, batch_tokens=batch_tokens, batch_sentences=batch_sentences
+    )
+    translate_ids(counting, srcs, cfg, "cpu")
+    assert counting.encoder_rows == batches
+
+
 class ScriptedModel(nn.Module):
     """A stand-in for Seq2Seq whose next-token distribution depends only on the step number.
 
