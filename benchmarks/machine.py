@@ -32,6 +32,11 @@ PROC_STAT = Path("/proc/stat")
 SAMPLE_SECONDS = 5.0  # how often a LoadWatch reads the load average
 
 
+# The settings that make oneDNN, MKL and ATen use fewer instruction sets than the CPU has: how a run
+# emulates an older CPU (docs/performance.md). A run under any of them says so in its report.
+ISA_LIMITS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+
+
 def describe(device: str, threads: int) -> dict[str, Any]:
     """The machine as the reports print it; `threads`: what the processes were given (0: torch's default)."""
     import torch
@@ -49,6 +54,7 @@ def describe(device: str, threads: int) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "load_before": round(os.getloadavg()[0], 2),
+        "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
     }
     if device == "cuda":
         description["gpu"] = torch.cuda.get_device_name(0)
@@ -66,9 +72,11 @@ def summary(machine: dict[str, Any]) -> str:
     """One line: CPU model, cores, ISA flags, ATen's kernels, torch and its threads."""
     flags = " ".join(machine.get("cpu_flags") or []) or "unknown"
     capability = machine.get("cpu_capability", "unknown")
+    limits = " ".join(f"{name}={value}" for name, value in machine.get("isa_limits", {}).items())
     return (
         f"{machine['cpu']}, {machine['cores']} cores; flags: {flags}; ATen kernels {capability}; "
         f"torch {machine['torch']} ({machine['torch_threads']} threads)"
+        + (f"; instruction sets limited by {limits}" if limits else "")
     )
 
 

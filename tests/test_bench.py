@@ -278,6 +278,17 @@ def test_the_report_names_the_cpu_its_flags_and_torch_and_warns_of_competing_loa
     assert "- **warning**: other processes kept 1.20 cores busy during ours training, repetition 2" in text
 
 
+def test_a_run_under_instruction_set_limits_says_so(monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "SSE4_2")
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+    described = machine.describe("cpu", threads=0)
+    assert described["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+    assert machine.summary(described).endswith(
+        "; instruction sets limited by ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2"
+    )
+
+
 def test_cpu_model_and_flags_come_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(
