@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 
-from seq2seq_attn.config import load_config
+from seq2seq_attn.config import Config, load_config
 from seq2seq_attn.device import bf16_autocast
 from seq2seq_attn.io import write_json, write_text
 from seq2seq_attn.model import build_model
+from seq2seq_attn.optim import build_optimizer
 from seq2seq_attn.search import beam_search
 from seq2seq_attn.vocab import BOS_ID, EOS_ID
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
                 name = f"{config_path.stem} {precision}{' compiled' if compiled else ''}"
                 print(f"bench_step: {name}", file=sys.stderr, flush=True)
                 config = load_config(config_path, args.overrides)
-                row = measure(config.model, config.decode, shapes, precision, compiled, device, args)
+                row = measure(config, shapes, precision, compiled, device, args)
                 rows.append({"config": str(config_path), "precision": precision, "compile": compiled, **row})
     others = watch.stop(own_seconds=own_cpu_seconds() - own_at_start)
     machine |= {"others_cores": others, "peak_load": round(watch.peak_load, 2)}
@@ -117,13 +118,14 @@ def main(argv: list[str] | None = None) -> None:
         write_text(args.out.with_suffix(".md"), text)
 
 
-def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: bool, device, args) -> dict:
-    """Train-update and beam-step timings of one variant (fresh model, same seed and data)."""
+def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, device, args) -> dict:
+    """Train-update and beam-step timings of one variant (fresh model, same seed and data), with the
+    config's optimiser as training builds it."""
     torch.manual_seed(0)
-    model = build_model(model_cfg, shapes.vocab, shapes.vocab).to(device)
+    model = build_model(config.model, shapes.vocab, shapes.vocab).to(device)
     parameters = sum(p.numel() for p in model.parameters())
     model.compile_attention(compiled)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    optimizer = build_optimizer(list(model.parameters()), config.train)
     src = torch.randint(FIRST_ID, shapes.vocab, (shapes.batch, shapes.src_len), device=device)
     src[:, -1] = EOS_ID
     lengths = torch.full((shapes.batch,), shapes.src_len, device=device)
@@ -150,7 +152,7 @@ def measure(model_cfg, decode_cfg, shapes: Shapes, precision: str, compiled: boo
         print(profile_table(update, device), file=sys.stderr)
     if args.beam:
         settings = dataclasses.replace(
-            decode_cfg,
+            config.decode,
             beam_size=args.beam,
             nbest=1,
             max_len_a=0.0,

@@ -27,7 +27,8 @@ from conftest import TINY_MODEL, tiny_config, write_corpus
 from benchmarks import bench, bench_step, logs, machine, report
 from benchmarks.measure import Job, Measured, launched, run_job
 from benchmarks.toolkits import JoeyNMT, OpenNMT, Ours, Pieces, Settings, Skip, export_pieces, fill
-from seq2seq_attn.config import load_config
+from seq2seq_attn.config import from_dict, load_config
+from seq2seq_attn.optim import build_optimizer
 from seq2seq_attn.vocab import build_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -640,6 +641,22 @@ def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     assert list(result["toolkits"]) == ["ours"]
     text = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "| training: target tokens/s (steady state) |" in text and "|  | ours |" in text
+
+
+def test_bench_step_updates_with_the_configs_optimiser(monkeypatch):
+    """The timed update steps the optimiser training would build (Adadelta here, not a fixed Adam)."""
+    built = []
+
+    def recording(params, cfg):
+        optimizer = build_optimizer(params, cfg)
+        built.append(type(optimizer).__name__)
+        return optimizer
+
+    monkeypatch.setattr(bench_step, "build_optimizer", recording)
+    config = from_dict({"model": TINY_MODEL, "train": {"optimizer": "adadelta", "learning_rate": 1.0}})
+    args = bench_step.parse_args(["x.yaml", "--reps", "1", "--warmup", "0", "--beam", "0"])
+    row = bench_step.measure(config, bench_step.Shapes(2, 4, 3, 20), "fp32", False, torch.device("cpu"), args)
+    assert built == ["Adadelta"] and row["train_ms"] > 0
 
 
 def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
