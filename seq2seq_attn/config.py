@@ -256,7 +256,9 @@ class TrainConfig:
         "auto", "Where to train: auto picks cuda when available.", choices=["auto", "cpu", "cuda"]
     )
     precision: str = option(
-        "auto", "auto: bf16 autocast on GPU, fp32 on CPU.", choices=["auto", "fp32", "bf16"]
+        "auto",
+        "auto: bf16 autocast on GPU, fp32 on CPU (bf16 pays on some CPUs only: docs/performance.md).",
+        choices=["auto", "fp32", "bf16"],
     )
     compile: bool = option(
         False,
@@ -364,7 +366,7 @@ class DecodeConfig:
     precision: str = option(
         "auto",
         "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 is "
-        "faster on GPUs and on CPUs with AVX-512 BF16 or AMX.",
+        "faster on GPUs, and on some CPUs with AVX-512 BF16 but not all (docs/performance.md).",
         choices=["auto", "fp32", "bf16"],
     )
     compile: bool = option(
