@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add(
         "--opennmt-hidden",
         type=int,
-        default=256,
+        default=Settings.opennmt_hidden,
         help="OpenNMT-py's hidden_size: its decoder's; its brnn encoder gets half per direction (512: ours)",
     )
     add("--toolkits", default=",".join(ALL), help=f"comma-separated subset of {','.join(ALL)}")

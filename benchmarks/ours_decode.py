@@ -21,6 +21,8 @@ from seq2seq_attn.checkpoint import load_trained
 from seq2seq_attn.io import read_lines, write_text
 from seq2seq_attn.translate import CHUNK_LINES, Translator
 
+NO_LIMIT = 2**31 - 1  # a token count no batch or test source reaches
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(
@@ -50,10 +52,10 @@ def main() -> None:
         min_len=0,
         min_len_a=0.0,
         no_repeat_ngram=0,
-        batch_tokens=2**31 - 1,  # batches of `batch_sentences` sentences, as the peers' -batch_type sents
+        batch_tokens=NO_LIMIT,  # batches of `batch_sentences` sentences, as the peers' -batch_type sents
         batch_sentences=args.batch_sentences,
         replace_unk=False,
-        max_src_tokens=2**31 - 1,  # the peers never cut a test source: neither do we (default: 256 pieces)
+        max_src_tokens=NO_LIMIT,  # the peers never cut a test source: neither do we (default: 256 pieces)
     )
     translator = Translator(model, vocab, settings, device)
     lines = list(read_lines(args.input))

@@ -54,14 +54,14 @@ def summed_cross_entropy(
 
     features (batch, steps, pre_output), targets (batch, steps). Only the rows of real targets are
     projected: the vocabulary projection is the largest matrix product of an update, and padding would
-    pay for it too. The projection `logits_of` (onto
-    `vocab_size` logits) and the softmax run on chunks of rows, about `chunk_logits` logits each (default:
-    CHUNK_LOGITS for the device), so the full (tokens x vocab) block never exists at once in the forward
-    pass; the sum is the same.
+    pay for it too. The projection `logits_of` (onto `vocab_size` logits) and the softmax run on chunks
+    of rows, about `chunk_logits` logits each (default: CHUNK_LOGITS for the device), so the full
+    (tokens x vocab) block never exists at once in the forward pass; the sum is the same.
     """
-    real = (targets.flatten() != PAD_ID).nonzero().squeeze(1)  # (tokens,)
+    targets = targets.flatten()  # (rows,)
+    real = (targets != PAD_ID).nonzero().squeeze(1)  # (tokens,)
     features = features.flatten(0, 1).index_select(0, real)  # (tokens, pre_output)
-    targets = targets.flatten().index_select(0, real)  # (tokens,)
+    targets = targets.index_select(0, real)  # (tokens,)
     budget = chunk_logits or CHUNK_LOGITS.get(features.device.type, DEFAULT_CHUNK_LOGITS)
     rows = max(1, budget // vocab_size)
     total = features.new_zeros((), dtype=torch.float32)
