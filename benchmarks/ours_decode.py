@@ -3,7 +3,8 @@
 The model is loaded first; the clock then runs over what `seq2seq translate` does with a file (chunks of
 lines -> sentencepiece -> sorted, batched beam search -> detokenised text), like OpenNMT-py's "Total
 translation time" and JoeyNMT's "Generation took". The search settings are the benchmark's, shared with the
-peers: fixed maximum output length, GNMT length penalty, batches of about `batch` sentences.
+peers: fixed maximum output length, GNMT length penalty, batches of about `batch` sentences, and the
+peers' stopping rule (a sentence ends once the best candidate of a step is EOS: `decode.stopping: top`).
 
 Prints: Decoding took X s for N sentences and T target tokens   (T: generated pieces, EOS excluded)
 """
@@ -52,6 +53,7 @@ def main() -> None:
         min_len=0,
         min_len_a=0.0,
         no_repeat_ngram=0,
+        stopping="top",  # the peers' rule: OpenNMT-py and JoeyNMT have no other
         batch_tokens=NO_LIMIT,  # batches of `batch_sentences` sentences, as the peers' -batch_type sents
         batch_sentences=args.batch_sentences,
         replace_unk=False,

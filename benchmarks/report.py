@@ -237,8 +237,9 @@ def _context(result: dict[str, Any]) -> list[str]:
         f"- training: {s['budget_min']:g} min of wall clock from process start{stop}; batch {s['batch']} "
         f"sentences; pairs up to {s['max_len']} pieces; steady state = mean over updates {first}-{last} "
         f"for every toolkit, in intervals of {s['log_every']}{short}",
-        f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; outputs up to "
-        + _output_bound(s),
+        f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; a sentence "
+        "stops when a step's best candidate is EOS (the peers' rule; ours `decode.stopping: top`); outputs "
+        "up to " + _output_bound(s),
     ]
 
 
@@ -291,7 +292,9 @@ METHOD = f"""How it is measured:
   decoded and scored. Every repetition trains from scratch in an emptied folder.
 - Decoding: the whole test set, timed by each toolkit around its search (start-up and model loading
   excluded): OpenNMT-py's translation time, JoeyNMT's generation time, ours around the translate pipeline
-  (`benchmarks/ours_decode.py`). Every toolkit decodes `batch` sentences per batch.
+  (`benchmarks/ours_decode.py`). Every toolkit decodes `batch` sentences per batch and stops a sentence
+  once the best candidate of a step is EOS (OpenNMT-py's and JoeyNMT's rule; ours runs it with
+  `decode.stopping: top`, where its default, `bound`, searches on while a longer hypothesis can still win).
   Target tokens are the generated pieces.
 - Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
 - Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the

@@ -350,6 +350,15 @@ class DecodeConfig:
         ge=0,
     )
     no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
+    stopping: str = option(
+        "bound",
+        "When a sentence's search ends besides running out of open hypotheses or reaching the maximum "
+        "length. bound: once no open hypothesis can still beat the nbest-th finished one, so stopping "
+        "early never changes the result. top: as soon as a step's best candidate is EOS and nbest "
+        "hypotheses have ended (OpenNMT-py's and JoeyNMT's rule): fewer steps, but a longer hypothesis that "
+        "would have scored better can be missed.",
+        choices=["bound", "top"],
+    )
     batch_tokens: int = option(4000, "Source tokens per decoding batch.", ge=1)
     batch_sentences: int = option(
         0,

@@ -16,9 +16,12 @@ used, that gives the same result); its minimum length (no EOS before half the so
 `min_len_a: 0.5` here, off by default.
 
 Stopping: a sentence stops when it has no open hypothesis left, when it reaches its maximum length (EOS is
-forced there), or when it has `nbest` finished hypotheses and no open one can still beat the nbest-th best
-of them under the chosen normalisation (see `score_bound`). A stopped sentence leaves the batch: its rows
-are dropped from the encoder output and the decoder state, so the remaining work shrinks.
+forced there), or, once it has `nbest` finished hypotheses, by the `stopping` rule: `bound` when no open
+one can still beat the nbest-th best of them under the chosen normalisation (see `score_bound`), `top` as
+soon as the best candidate of a step is EOS (OpenNMT-py's and JoeyNMT's rule; all candidates of a step
+have the same length, so the best by log p is the best by any normalisation). A stopped sentence leaves
+the batch: its rows are dropped from the encoder output and the decoder state, so the remaining work
+shrinks.
 
 Scores: the log-probability of a hypothesis is the sum over its tokens and its EOS; its length L counts
 the tokens plus EOS. The score used for ranking is log p / lp(L) with lp = 1 (`none`), L (`average`) or
@@ -160,10 +163,12 @@ def beam_search(
             finished[sentence].append(Hypothesis(words, score, lp, weights))
         log_p = top_log_p.masked_fill(~(taken & ~ends), NEG_INF)
 
+        best_open = log_p.max(dim=1).values.tolist()
+        top_ended = ends[:, 0].tolist()  # the step's best candidate (sorted first) is EOS
         keep = [
             a
-            for a, best in enumerate(log_p.max(dim=1).values.tolist())
-            if not _is_done(finished[alive[a]], best, max_lens[alive[a]], cfg)
+            for a in range(n)
+            if not _is_done(finished[alive[a]], best_open[a], top_ended[a], max_lens[alive[a]], cfg)
         ]
         keep_index = torch.tensor(keep, dtype=torch.long, device=device)
         rows = source_rows.index_select(0, keep_index).view(-1)  # new row order, in old row ids
@@ -219,11 +224,15 @@ def repeated_ngrams(tokens: Tensor, n: int) -> tuple[Tensor, Tensor]:
     return row, grams[row, position, -1]
 
 
-def _is_done(finished: list[Hypothesis], best_open: float, max_len: int, cfg: DecodeConfig) -> bool:
+def _is_done(
+    finished: list[Hypothesis], best_open: float, top_ended: bool, max_len: int, cfg: DecodeConfig
+) -> bool:
     if best_open == NEG_INF:  # no open hypothesis left (all ended, or the maximum length forced EOS)
         return True
     if len(finished) < cfg.nbest:
         return False
+    if cfg.stopping == "top":
+        return top_ended
     nth_best = sorted((h.score for h in finished), reverse=True)[cfg.nbest - 1]
     return score_bound(best_open, max_len, cfg) <= nth_best
 

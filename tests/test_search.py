@@ -300,16 +300,51 @@ def test_search_stops_once_no_open_hypothesis_can_win() -> None:
     assert model.steps <= 3  # not 51
 
 
+# Step 0: EOS 0.5 vs token 5 0.45 (EOS is the step's best candidate); then 5 is near certain until EOS is,
+# at step 6. With per-token averaging the longer "5 5 5 5 5 5" scores better than the empty translation.
+EARLY_EOS_SCRIPT = [{EOS_ID: 0.5, 5: 0.45}] + [{5: 0.999}] * 5 + [{EOS_ID: 0.999}]
+
+
 @pytest.mark.parametrize(("penalty", "expected"), [("none", []), ("average", [5] * 6)])
 def test_search_keeps_going_while_a_longer_hypothesis_can_still_win(
     penalty: str, expected: list[int]
 ) -> None:
-    # Step 0: EOS 0.5 vs token 5 0.45; then 5 is near certain until EOS becomes near certain at step 6.
     # Without normalisation the empty hypothesis wins at once; per-token averaging prefers "5 5 5 5 5 5".
-    script = [{EOS_ID: 0.5, 5: 0.45}] + [{5: 0.999}] * 5 + [{EOS_ID: 0.999}]
     cfg = decode(beam_size=2, length_penalty=penalty, max_len_a=0.0, max_len_b=20)
-    (best,) = translate_ids(ScriptedModel(script), [[7]], cfg, "cpu")[0]
+    (best,) = translate_ids(ScriptedModel(EARLY_EOS_SCRIPT), [[7]], cfg, "cpu")[0]
     assert best.tokens == expected
+
+
+@pytest.mark.parametrize(
+    ("stopping", "nbest", "expected", "steps"),
+    [
+        ("bound", 1, [[5] * 6], 7),  # goes on while the open "5 ..." can still win
+        ("top", 1, [[]], 1),  # OpenNMT-py's rule: the best candidate of step 0 is EOS, so it stops there
+        ("top", 2, [[5] * 6, []], 7),  # ... but not before nbest hypotheses have ended
+    ],
+)
+def test_stopping_rule_top_ends_a_sentence_when_its_best_candidate_ends(
+    stopping: str, nbest: int, expected: list[list[int]], steps: int
+) -> None:
+    model = ScriptedModel(EARLY_EOS_SCRIPT)
+    cfg = decode(beam_size=2, nbest=nbest, length_penalty="average", max_len_a=0.0, max_len_b=20)
+    hyps = translate_ids(model, [[7]], dataclasses.replace(cfg, stopping=stopping), "cpu")[0]
+    assert [h.tokens for h in hyps] == expected
+    assert model.steps == steps
+
+
+def test_stopping_rule_top_is_batch_invariant_and_never_slower(copy_model) -> None:
+    """`top` stops each sentence at or before `bound` does, from its own rows only."""
+    srcs = random_sources(12, seed=5)
+    counts = {}
+    for stopping in ("bound", "top"):
+        counting = CountingModel(copy_model)
+        cfg = decode(beam_size=4, stopping=stopping)
+        together = translate_ids(counting, srcs, cfg, "cpu")
+        alone = [translate_ids(copy_model, [s], cfg, "cpu")[0] for s in srcs]
+        assert [h[0].tokens for h in together] == [h[0].tokens for h in alone]
+        counts[stopping] = sum(counting.rows)
+    assert counts["top"] <= counts["bound"]
 
 
 @given(

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from test_search import ScriptedModel
 from typer.testing import CliRunner
 
+import seq2seq_attn.search
 from seq2seq_attn.checkpoint import average_checkpoints, latest_checkpoints, load_checkpoint, load_trained
 from seq2seq_attn.cli.translate import register
 from seq2seq_attn.config import DecodeConfig
@@ -279,10 +280,27 @@ def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
     )
 
 
+@pytest.mark.parametrize("stopping", ["bound", "top"])
+def test_stopping_option_reaches_the_search(tiny_run_dir, monkeypatch, stopping):
+    seen = []
+    search = seq2seq_attn.search.beam_search
+
+    def recording(model, src, lengths, cfg, with_attention=False):
+        seen.append(cfg.stopping)
+        return search(model, src, lengths, cfg, with_attention)
+
+    monkeypatch.setattr(seq2seq_attn.search, "beam_search", recording)
+    args = ["translate", "--model", str(tiny_run_dir), "--beam", "3", "--stopping", stopping]
+    done = CliRunner().invoke(cli_app(), args, input="the cat sat\non the mat\n")
+    assert done.exit_code == 0 and len(done.stdout.splitlines()) == 2
+    assert seen and set(seen) == {stopping}
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
+        (["--stopping", "early"], "'early' is not one of 'bound', 'top'"),
         (["--beam", "0"], "--beam: `decode.beam_size` must be a number >= 1, got 0"),
         (
             ["--beam", "2", "--nbest", "3"],

@@ -20,6 +20,7 @@ from ..io import atomic_write, check_writable, open_binary
 Device = choices_enum(TrainConfig, "device")
 Precision = choices_enum(DecodeConfig, "precision")
 Penalty = choices_enum(DecodeConfig, "length_penalty")
+Stopping = choices_enum(DecodeConfig, "stopping")
 
 # The command-line option that overrides each decode key, for error messages.
 OPTIONS = {
@@ -38,6 +39,7 @@ OPTIONS = {
     "min_len": "--min-len",
     "min_len_a": "--min-len-a",
     "no_repeat_ngram": "--no-repeat-ngram",
+    "stopping": "--stopping",
     "max_src_tokens": "--max-src-tokens",
 }
 
@@ -56,6 +58,8 @@ HELP = {
     "length_penalty": "Score normalisation (decode.length_penalty).",
     "max_len_a": "At most a * source length + b output tokens (decode.max_len_a).",
     "no_repeat_ngram": "Forbid repeating any n-gram of this size, 0 off (decode.no_repeat_ngram).",
+    "stopping": "bound: stop a sentence once no open hypothesis can win; top: once a step's best candidate "
+    "is EOS, as OpenNMT-py and JoeyNMT (faster, may miss a better hypothesis) (decode.stopping).",
     "max_src_tokens": "Longer sources are cut to this many pieces (bounds time and memory) "
     "(decode.max_src_tokens).",
     "output_average": "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder "
@@ -97,6 +101,7 @@ def translate_command(
         None, "--min-len-a", help="No EOS before ceil(a * source length) tokens (decode.min_len_a)."
     ),
     no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram", help=HELP["no_repeat_ngram"]),
+    stopping: Stopping | None = typer.Option(None, "--stopping", help=HELP["stopping"]),
     max_src_tokens: int | None = typer.Option(None, "--max-src-tokens", help=HELP["max_src_tokens"]),
 ) -> None:
     """Translate raw text with a trained run: one output line per input line, in order."""
@@ -128,6 +133,7 @@ def translate_command(
         "min_len": min_len,
         "min_len_a": min_len_a,
         "no_repeat_ngram": no_repeat_ngram,
+        "stopping": stopping.value if stopping else None,
         "max_src_tokens": max_src_tokens,
     }
     decode = override(config.decode, given, "decode.", OPTIONS)
