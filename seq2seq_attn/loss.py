@@ -28,7 +28,14 @@ DEFAULT_CHUNK_LOGITS = 2**26
 def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) -> Tensor:
     """Teacher-forced forward pass (bf16 autocast when asked) and the summed token loss, in fp32."""
     with bf16_autocast(batch.src.device.type, bf16):
-        return model(batch.src, batch.src_lengths, batch.tgt_in, batch.tgt_out, label_smoothing)
+        return model(
+            batch.src,
+            batch.src_lengths,
+            batch.tgt_in,
+            batch.tgt_out,
+            label_smoothing,
+            n_targets=batch.n_tokens,
+        )
 
 
 def loss_divisor(batch: Batch, loss_norm: str) -> int:
@@ -49,6 +56,7 @@ def summed_cross_entropy(
     vocab_size: int,
     label_smoothing: float = 0.0,
     chunk_logits: int | None = None,
+    n_real: int | None = None,
 ) -> Tensor:
     """sum_t CE(logits_of(features_t), targets_t) over the positions whose target is not PAD, in fp32.
 
@@ -57,9 +65,18 @@ def summed_cross_entropy(
     pay for it too. The projection `logits_of` (onto `vocab_size` logits) and the softmax run on chunks
     of rows, about `chunk_logits` logits each (default: CHUNK_LOGITS for the device), so the full
     (tokens x vocab) block never exists at once in the forward pass; the sum is the same.
+
+    n_real: how many targets are not PAD, when the caller knows it (training batches count them on the
+    host). Then selecting them costs no host-device synchronisation on a GPU; without it the count is read
+    from the device.
     """
     targets = targets.flatten()  # (rows,)
-    real = (targets != PAD_ID).nonzero().squeeze(1)  # (tokens,)
+    padding = (targets == PAD_ID).to(torch.uint8)  # (rows,) 1 at PAD
+    if n_real is None:
+        n_real = targets.numel() - int(padding.sum())
+    # The real positions in order: a stable sort puts them first. Unlike `nonzero`, whose output size the
+    # host must read back from a GPU, its size is fixed, so the update runs on without waiting.
+    real = torch.argsort(padding, stable=True)[:n_real]  # (tokens,)
     features = features.flatten(0, 1).index_select(0, real)  # (tokens, pre_output)
     targets = targets.index_select(0, real)  # (tokens,)
     budget = chunk_logits or CHUNK_LOGITS.get(features.device.type, DEFAULT_CHUNK_LOGITS)

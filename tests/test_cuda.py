@@ -51,6 +51,24 @@ def test_fused_recurrences_on_cuda_are_as_accurate_as_autograd(decoder, attentio
     assert_as_accurate(*errors, *TOLERANCE[precision], ratio=2.0)
 
 
+@pytest.mark.cuda
+def test_the_training_loss_needs_no_host_sync_on_cuda() -> None:
+    """A training update reads nothing back from the GPU until its logging interval (train.py): the loss
+    selects its real targets from the count the batch carries, not with `nonzero`."""
+    model = tiny_model().cuda().train()
+    src, lengths, tgt = batch()
+    src, lengths, tgt = src.cuda(), lengths.cuda(), tgt.cuda()
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
+    n_real = int((tgt_out != 0).sum())
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = model(src, lengths, tgt_in, tgt_out, n_targets=n_real)
+        loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(loss).item()
+
+
 @pytest.mark.parametrize(("decoder", "attention"), FUSED_DECODERS)
 def test_fused_recurrences_with_attention_in_bf16_as_on_a_gpu(decoder, attention, monkeypatch):
     """Under autocast a GPU runs attention in bf16 (device.attention_dtype), a CPU in fp32: here the CPU

@@ -68,6 +68,29 @@ def test_only_real_targets_are_projected() -> None:
     torch.testing.assert_close(loss, reference(projection, features, targets, 0.0))
 
 
+def test_a_known_count_of_real_targets_gives_the_same_rows_and_loss() -> None:
+    """Training passes the count it already has on the host (`n_real`); the rows, their order and the
+    loss are those found without it."""
+    projection, features, targets = problem()
+    seen = {}
+    for n_real in (None, 9):
+        rows = []
+
+        def logits_of(part: torch.Tensor, rows=rows) -> torch.Tensor:
+            rows.append(part.detach().clone())
+            return projection(part)
+
+        loss = summed_cross_entropy(
+            logits_of, features, targets, VOCAB, chunk_logits=VOCAB * 4, n_real=n_real
+        )
+        seen[n_real] = torch.cat(rows), loss
+    torch.testing.assert_close(seen[9][0], seen[None][0], rtol=0, atol=0)
+    torch.testing.assert_close(
+        seen[9][0], features.flatten(0, 1)[targets.flatten() != PAD_ID], rtol=0, atol=0
+    )
+    torch.testing.assert_close(seen[9][1], reference(projection, features, targets, 0.0))
+
+
 def test_all_padding_costs_nothing() -> None:
     projection, features, _ = problem()
     targets = torch.full((3, 5), PAD_ID)

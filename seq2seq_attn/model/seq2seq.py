@@ -55,11 +55,13 @@ class Seq2Seq(nn.Module):
         tgt_out: Tensor | None = None,
         label_smoothing: float = 0.0,
         return_attention: bool = False,
+        n_targets: int | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Teacher forcing on inputs tgt_in (batch, tgt_len) = <bos> y_1 ...
 
         With the targets tgt_out (batch, tgt_len) = y_1 ... <eos>, PAD-padded: the summed token cross-entropy
-        in fp32 (see `summed_cross_entropy`; it is computed here so that DDP sees it inside `forward`).
+        in fp32 (see `summed_cross_entropy`; it is computed here so that DDP sees it inside `forward`);
+        n_targets, the count of non-PAD targets when the caller knows it, spares a GPU a host sync.
         Without: the logits (batch, tgt_len, vocab), with return_attention also the weights
         (batch, tgt_len, src_len).
         """
@@ -67,7 +69,9 @@ class Seq2Seq(nn.Module):
         features, _, weights = self.decoder(enc, self.init_state(enc), tgt_in)
         if tgt_out is not None:
             vocab_size = self.decoder.output.out_features
-            return summed_cross_entropy(self.logits, features, tgt_out, vocab_size, label_smoothing)
+            return summed_cross_entropy(
+                self.logits, features, tgt_out, vocab_size, label_smoothing, n_real=n_targets
+            )
         logits = self.logits(features)
         return (logits, weights) if return_attention else logits
 
