@@ -130,6 +130,7 @@ def beam_search(
     y_prev = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
     max_len_rows = torch.tensor(max_lens, device=device).repeat_interleave(k)  # (rows,)
     min_len_rows = torch.tensor(min_lens, device=device).repeat_interleave(k)  # (rows,)
+    forbidden = torch.tensor([PAD_ID, BOS_ID], device=device)  # never a next token
 
     step = 0
     while alive:
@@ -139,7 +140,18 @@ def beam_search(
         vocab_size = step_log_probs.size(1)
         # Every continuation of every open hypothesis of a sentence: (sentences, k * V).
         candidates = log_p.view(-1, 1) + step_log_probs.float()  # (rows, V)
-        constrain_(candidates, step, tokens, min_len_rows, max_len_rows, cfg.no_repeat_ngram)
+        # Which length rules can apply at this step is known on the host, so most steps skip them.
+        below_min = step < max(min_lens[s] for s in alive)
+        at_max = step >= min(max_lens[s] for s in alive)
+        constrain_(
+            candidates,
+            step,
+            tokens,
+            forbidden,
+            min_len_rows if below_min else None,
+            max_len_rows if at_max else None,
+            cfg.no_repeat_ngram,
+        )
         candidates = candidates.view(n, k * vocab_size)
         top_log_p, top_index = candidates.topk(k, dim=1)  # (sentences, k), best first
         origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # slot the candidate extends
@@ -182,31 +194,44 @@ def beam_search(
         y_prev = next_token.index_select(0, keep_index).view(-1)
         if not alive:
             break
-        state = state.index_select(rows)
-        tokens = torch.cat([tokens.index_select(0, rows), y_prev.unsqueeze(1)], dim=1)
+        if k > 1 or len(keep) < n:  # (greedy rows keep their order until a sentence leaves)
+            state = state.index_select(rows)
+            tokens = tokens.index_select(0, rows)
+            attention = attention.index_select(0, rows) if with_attention else None
+            history = history.index_select(0, rows) if with_attention else None
+        tokens = torch.cat([tokens, y_prev.unsqueeze(1)], dim=1)
         if with_attention:
-            history = torch.cat(
-                [history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
-            )
+            history = torch.cat([history, attention.unsqueeze(1)], dim=1)
         step += 1
 
     return [_best(hyps, cfg.nbest) for hyps in finished]
 
 
 def constrain_(
-    scores: Tensor, step: int, tokens: Tensor, min_len_rows: Tensor, max_len_rows: Tensor, no_repeat: int
+    scores: Tensor,
+    step: int,
+    tokens: Tensor,
+    forbidden: Tensor,
+    min_len_rows: Tensor | None,
+    max_len_rows: Tensor | None,
+    no_repeat: int,
 ) -> None:
-    """Forbid, in place in scores (rows, V), what a hypothesis may not do next: PAD and BOS always, EOS
-    before its row's minimum length, anything but EOS at its maximum length (this wins over the minimum),
-    and tokens that would repeat an n-gram of size `no_repeat` (0: off)."""
-    at_max = (max_len_rows <= step).nonzero().squeeze(1)  # rows that must end now
-    eos_at_max = scores[at_max, EOS_ID]  # (a copy)
-    scores[:, [PAD_ID, BOS_ID]] = NEG_INF
-    scores[:, EOS_ID].masked_fill_(min_len_rows > step, NEG_INF)
+    """Forbid, in place in scores (rows, V), what a hypothesis may not do next: the `forbidden` ids (PAD
+    and BOS) always, EOS before its row's minimum length, anything but EOS at its maximum length (this wins
+    over the minimum), and tokens that would repeat an n-gram of size `no_repeat` (0: off).
+
+    min_len_rows, max_len_rows (rows,): each row's length limits; None where the caller knows that no row
+    is below its minimum, or at its maximum, at this step.
+    """
+    at_max = None if max_len_rows is None else (max_len_rows <= step).nonzero().squeeze(1)  # must end now
+    eos_at_max = None if at_max is None else scores[at_max, EOS_ID]  # (a copy)
+    scores.index_fill_(1, forbidden, NEG_INF)
+    if min_len_rows is not None:
+        scores[:, EOS_ID].masked_fill_(min_len_rows > step, NEG_INF)
     if no_repeat:
         row, token = repeated_ngrams(tokens, no_repeat)
         scores[row, token] = NEG_INF
-    if len(at_max):
+    if at_max is not None:
         scores[at_max] = NEG_INF
         scores[at_max, EOS_ID] = eos_at_max
 
