@@ -77,6 +77,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="generate at most this many pieces per source piece, + 5 (OpenNMT-py's -max_length_ratio)",
     )
     add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent for all toolkits")
+    add(
+        "--decode-steps",
+        type=int,
+        default=0,
+        help="decode every test sentence into exactly N pieces in every toolkit (0: until EOS), so that "
+        "decoding speed compares the searches at equal work whatever the models learnt; not JoeyNMT",
+    )
     add("--device", choices=["auto", "cpu", "cuda"], default="auto")
     add("--threads", type=int, default=0, help="OMP/MKL threads of every process (0: torch's default)")
     add(
@@ -105,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--toolkits: unknown {', '.join(unknown)} (choose from {', '.join(ALL)})")
     if min(args.reps, args.steps, args.log_every, args.batch, args.beam) < 1 or args.budget <= 0:
         parser.error("--reps, --steps, --log-every, --batch, --beam and --budget must be positive")
+    if args.decode_steps < 0:
+        parser.error("--decode-steps must be >= 0")
     return args
 
 
@@ -128,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
         budget_s=args.budget * 60,
         attention=load_config(args.config, args.overrides).model.attention,
         opennmt_hidden=args.opennmt_hidden,
+        decode_steps=args.decode_steps,
     )
     out = args.out.resolve()
     env = _environment(args.threads)

@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--batch-sentences", type=int, required=True, help="sentences per batch")
     parser.add_argument("--max-len-a", type=float, required=True, help="generated tokens at most: a x source")
     parser.add_argument("--max-len-b", type=int, required=True, help="... + b")
+    parser.add_argument("--min-len", type=int, default=0, help="no EOS before this many pieces")
     parser.add_argument("--alpha", type=float, required=True, help="GNMT length-penalty exponent")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
@@ -50,7 +51,7 @@ def main() -> None:
         alpha=args.alpha,
         max_len_a=args.max_len_a,
         max_len_b=args.max_len_b,
-        min_len=0,
+        min_len=args.min_len,
         min_len_a=0.0,
         no_repeat_ngram=0,
         stopping="top",  # the peers' rule: OpenNMT-py and JoeyNMT have no other

@@ -65,6 +65,7 @@ class Settings:
     budget_s: float  # wall-clock training budget from process start, enforced by SIGINT
     attention: str  # our model's `model.attention`; each peer gets its own name for that score
     opennmt_hidden: int = 256  # OpenNMT-py's hidden_size: its decoder's, split in two for its brnn encoder
+    decode_steps: int = 0  # 0: outputs end at EOS; N: every output is exactly N pieces (EOS not before)
 
 
 @dataclass
@@ -188,8 +189,13 @@ class Ours(Toolkit):
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
         options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
-        options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha}
-        options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA, "--device": s.device}
+        options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha, "--device": s.device}
+        if (
+            s.decode_steps
+        ):  # N pieces: EOS forbidden before them, forced after (one more step: ours scores it)
+            options |= {"--min-len": s.decode_steps, "--max-len-a": 0, "--max-len-b": s.decode_steps}
+        else:
+            options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA}
         return Job(launched(sys.executable, [str(OURS_DECODE), *_flat(options)]), hyp.with_suffix(".log"))
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
@@ -265,6 +271,8 @@ class JoeyNMT(Peer):
     requirements = [["joeynmt==2.3.0", "importlib_metadata"]]  # the latter is an undeclared dependency
 
     def setup(self, install: bool) -> None:
+        if self.settings.decode_steps:
+            raise Skip("its search has no minimum output length, so it cannot be held to --decode-steps")
         if self.settings.output_ratio != JOEYNMT_RATIO:
             raise Skip(f"it bounds outputs relative to the source only at {JOEYNMT_RATIO} x the source")
         if self.settings.attention not in JOEYNMT_ATTENTION:
@@ -369,7 +377,10 @@ class OpenNMT(Peer):
         s = self.settings
         options = {"-model": self.checkpoint(folder), "-src": self.peer_dir / "test.src", "-output": hyp}
         options |= {"-beam_size": beam, "-batch_size": s.batch, "-batch_type": "sents"}
-        options |= {"-max_length": NEVER, "-max_length_ratio": s.output_ratio, "-min_length": 0}
+        if s.decode_steps:  # N pieces: EOS forbidden up to the Nth, the search ended after it
+            options |= {"-max_length": s.decode_steps, "-max_length_ratio": 0, "-min_length": s.decode_steps}
+        else:
+            options |= {"-max_length": NEVER, "-max_length_ratio": s.output_ratio, "-min_length": 0}
         options |= {"-length_penalty": "wu", "-alpha": s.alpha}
         options |= {"-gpu": 0} if s.device == "cuda" else {}
         target = ["-m", "onmt.bin.translate", *_flat(options), "-report_time"]

@@ -533,6 +533,56 @@ def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
         JoeyNMT(tmp_path / "cache", peer_dir, None, other, "2.13.0").setup(install=False)
 
 
+def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
+    """--decode-steps N: OpenNMT-py forbids EOS up to the Nth piece (-min_length N) and ends there
+    (-max_length N, no ratio); ours gets min_len N and a maximum of 0 x source + N; JoeyNMT cannot, and is
+    skipped with the reason; the report's header says what the figures then mean."""
+    settings = dataclasses.replace(SETTINGS, decode_steps=30)
+    folder = tmp_path / "rep1"
+    opennmt = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, settings, "2.13.0")
+    argv = opennmt.decode_job(folder / "opennmt", 5, tmp_path / "o.txt").argv
+    options = dict(zip(argv, argv[1:], strict=False))
+    assert (options["-min_length"], options["-max_length"], float(options["-max_length_ratio"])) == (
+        "30",
+        "30",
+        0,
+    )
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], settings, tmp_path / "data")
+    argv = ours.decode_job(folder / "ours", 5, tmp_path / "h.txt").argv
+    options = dict(zip(argv, argv[1:], strict=False))
+    assert (options["--min-len"], float(options["--max-len-a"]), options["--max-len-b"]) == ("30", 0, "30")
+    with pytest.raises(Skip, match="no minimum output length"):
+        JoeyNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0").setup(install=False)
+    result = _result()
+    result["settings"]["decode_steps"] = 30
+    text = report.markdown({"cpu synthetic": report.summarise(result)})
+    assert "every output exactly 30 pieces (`--decode-steps`" in text
+    assert "outputs up to" not in text
+
+
+def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path):
+    source = tmp_path / "test.src"
+    source.write_text("the cat sat\non the mat\na dog\n", encoding="utf-8")
+    command = [sys.executable, "-m", "benchmarks.ours_decode", "--checkpoint", str(tiny_run_dir)]
+    command += ["--input", str(source), "--output", str(tmp_path / "out.txt"), "--beam", "3"]
+    command += [
+        "--batch-sentences",
+        "2",
+        "--alpha",
+        "0.6",
+        "--min-len",
+        "7",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "7",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert logs.ours_decoded_tokens(done.stdout) == 3 * 7
+    assert len((tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()) == 3
+
+
 @pytest.mark.parametrize(
     ("ours", "opennmt", "joeynmt"), [("concat", "mlp", "bahdanau"), ("general", "general", "luong")]
 )
