@@ -131,6 +131,9 @@ def beam_search(
     max_len_rows = torch.tensor(max_lens, device=device).repeat_interleave(k)  # (rows,)
     min_len_rows = torch.tensor(min_lens, device=device).repeat_interleave(k)  # (rows,)
     forbidden = torch.tensor([PAD_ID, BOS_ID], device=device)  # never a next token
+    slots = torch.arange(k, device=device)  # (k,)
+    first_rows = torch.arange(batch, device=device) * k  # row of each alive sentence's first beam
+    n_finished = torch.zeros(batch, dtype=torch.long, device=device)  # finished hypotheses per sentence
 
     step = 0
     while alive:
@@ -156,12 +159,12 @@ def beam_search(
         top_log_p, top_index = candidates.topk(k, dim=1)  # (sentences, k), best first
         origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # slot the candidate extends
         next_token = top_index % vocab_size
-        source_rows = (torch.arange(n, device=device) * k).unsqueeze(1) + origin  # (sentences, k) row ids
+        source_rows = first_rows[:n].unsqueeze(1) + origin  # (sentences, k) row ids
 
         # A sentence with f finished hypotheses keeps only its k - f best candidates.
-        open_slots = torch.tensor([k - len(finished[s]) for s in alive], device=device)
-        taken = (torch.arange(k, device=device) < open_slots.unsqueeze(1)) & torch.isfinite(top_log_p)
+        taken = (slots < (k - n_finished).unsqueeze(1)) & (top_log_p > NEG_INF)
         ends = taken & (next_token == EOS_ID)
+        n_finished = n_finished + ends.sum(dim=1)
         for a, j in ends.nonzero().tolist():
             row = int(source_rows[a, j])
             sentence = alive[a]
@@ -182,16 +185,18 @@ def beam_search(
             for a in range(n)
             if not _is_done(finished[alive[a]], best_open[a], top_ended[a], max_lens[alive[a]], cfg)
         ]
-        keep_index = torch.tensor(keep, dtype=torch.long, device=device)
-        rows = source_rows.index_select(0, keep_index).view(-1)  # new row order, in old row ids
         if len(keep) < n:  # finished sentences leave the batch
-            kept_rows = ((keep_index * k).unsqueeze(1) + torch.arange(k, device=device)).view(-1)
+            keep_index = torch.tensor(keep, dtype=torch.long, device=device)
+            kept_rows = (first_rows.index_select(0, keep_index).unsqueeze(1) + slots).view(-1)
             enc = enc.index_select(keep_index)
             max_len_rows = max_len_rows.index_select(0, kept_rows)
             min_len_rows = min_len_rows.index_select(0, kept_rows)
             alive = [alive[a] for a in keep]
-        log_p = log_p.index_select(0, keep_index)
-        y_prev = next_token.index_select(0, keep_index).view(-1)
+            source_rows, log_p, next_token, n_finished = (
+                t.index_select(0, keep_index) for t in (source_rows, log_p, next_token, n_finished)
+            )
+        rows = source_rows.view(-1)  # new row order, in old row ids
+        y_prev = next_token.view(-1)
         if not alive:
             break
         if k > 1 or len(keep) < n:  # (greedy rows keep their order until a sentence leaves)
