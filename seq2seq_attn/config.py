@@ -439,7 +439,11 @@ class Config:
     model: ModelConfig = section(ModelConfig, "Model.")
     train: TrainConfig = section(TrainConfig, "Training.")
     decode: DecodeConfig = section(DecodeConfig, "Decoding.")
-    eval: EvalConfig = section(EvalConfig, "Evaluation.")
+    eval: EvalConfig = section(
+        EvalConfig,
+        "Evaluation: what `seq2seq eval --model RUN` and `seq2seq align` use for the options they are "
+        "not given.",
+    )
 
     @property
     def data_dir(self) -> Path:

@@ -4,6 +4,7 @@ CLI-level tests; random tiny models and sources for search tests (on the CPU and
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 import yaml
 from torch import nn
 
-from seq2seq_attn.checkpoint import checkpoint_dir, point_best, save_checkpoint
+from seq2seq_attn.checkpoint import checkpoint_dir, load_checkpoint, point_best, save_checkpoint
 from seq2seq_attn.config import Config, DecodeConfig, ModelConfig, from_dict, to_dict
 from seq2seq_attn.model import build_model
 from seq2seq_attn.search import translate_ids
@@ -135,3 +136,15 @@ def assert_search_is_batch_invariant(model: nn.Module, device: str) -> None:
             assert [h.tokens for h in nbest] == [h.tokens for h in alone[i]]
             # matrix kernels pick their blocking by row count, so the last float bits may differ
             assert [h.score for h in nbest] == pytest.approx([h.score for h in alone[i]], rel=1e-5, abs=1e-6)
+
+
+def with_eval_section(run: Path, folder: Path, **keys: object) -> Path:
+    """A copy of `run` whose checkpoints carry a config with these `eval` keys."""
+    copy = folder / run.name
+    shutil.copytree(run, copy, symlinks=True)
+    for path in (copy / "checkpoints").glob("*.pt"):
+        if not path.is_symlink():
+            payload = load_checkpoint(path)
+            payload["config"]["eval"].update(keys)
+            save_checkpoint(path, payload)
+    return copy

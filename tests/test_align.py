@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import with_eval_section
 
 from seq2seq_attn.align import (
     AlignmentCorpus,
@@ -300,6 +301,17 @@ def test_cli_end_to_end(tiny_run_dir: Path, tmp_path: Path, monkeypatch, capsys)
     )  # fmt: skip
     assert code == 0, err
     assert json.loads(out_json.read_text())["overall"]["precision"] is None  # no attention weight reaches 1
+
+    # without --buckets and --threshold: the run's own eval.buckets and eval.align_threshold
+    run = with_eval_section(tiny_run_dir, tmp_path / "configured", buckets=[0, 5], align_threshold=1.0)
+    code, _, err = run_align(
+        monkeypatch, capsys, "--model", str(run), "--src", src, "--ref", ref, "--by-length",
+        "--gold", naacl_gold, "--gold-format", "naacl", "--method", "threshold", "--json", str(out_json),
+    )  # fmt: skip
+    assert code == 0, err
+    section = json.loads(out_json.read_text())
+    assert [row["bucket"] for row in section["by_length"]] == ["0-5", "5+"]
+    assert section["overall"]["precision"] is None
 
 
 def test_cli_bad_gold_exits_2_naming_file_and_line(tiny_run_dir: Path, tmp_path: Path, monkeypatch, capsys):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import sacrebleu
+from conftest import with_eval_section
 
 from seq2seq_attn.checkpoint import load_trained
 from seq2seq_attn.translate import Translator
@@ -71,3 +72,34 @@ def test_eval_model_needs_src(tiny_run_dir: Path):
     assert result.stderr.strip().splitlines() == [
         "seq2seq: error: --model translates the source: give --src FILE"
     ]
+
+
+def test_eval_model_takes_the_runs_eval_section_unless_an_option_is_given(tiny_run_dir: Path, tmp_path: Path):
+    data = tiny_run_dir.parent / "data"
+    run = with_eval_section(tiny_run_dir, tmp_path / "a", buckets=[0, 3, 6], bootstrap=0, seed=7)
+    report = tmp_path / "report.json"
+    args = ["eval", "--model", str(run), "--src", str(data / "test.src"), "--ref", str(data / "test.tgt")]
+    args += ["--by-length", "--output", str(report)]
+    for extra, edges in (([], [0, 3, 6]), (["--buckets", "0,5"], [0, 5])):
+        result = run_cli(*args, *extra)
+        assert result.returncode == 0, result.stderr
+        saved = json.loads(report.read_text(encoding="utf-8"))
+        assert saved["edges"] == edges
+        assert (saved["bootstrap"]["resamples"], saved["bootstrap"]["seed"]) == (0, 7)
+
+
+def test_eval_models_that_differ_in_their_eval_section_need_the_option(tiny_run_dir: Path, tmp_path: Path):
+    data = tiny_run_dir.parent / "data"
+    first = with_eval_section(tiny_run_dir, tmp_path / "a", buckets=[0, 3, 6], bootstrap=0)
+    second = with_eval_section(tiny_run_dir, tmp_path / "b", buckets=[0, 4], bootstrap=0)
+    args = ["eval", "--model", str(first), "--model", str(second), "--label", "a", "--label", "b"]
+    args += ["--src", str(data / "test.src"), "--ref", str(data / "test.tgt"), "--by-length"]
+    args += ["--output", str(tmp_path / "report.json")]
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "seq2seq: error: the --model runs differ in eval.buckets ([0, 3, 6] vs [0, 4]): give --buckets"
+    ]
+    result = run_cli(*args, "--buckets", "0,10")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["edges"] == [0, 10]

@@ -13,7 +13,7 @@ import typer
 from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
-from ..evaluate import parse_edges
+from ..evaluate import check_edges, parse_edges
 from ..io import check_writable, write_json, write_text
 from .translate import HELP, Device
 
@@ -69,14 +69,22 @@ def align_command(
         help="argmax: each target word links to its most attended source word; threshold: every pair "
         "with word-level attention >= --threshold.",
     ),
-    threshold: float = typer.Option(
-        DEFAULTS.align_threshold, "--threshold", min=0.0, max=1.0, help="For --method threshold."
+    threshold: float | None = typer.Option(
+        None,
+        "--threshold",
+        min=0.0,
+        max=1.0,
+        help="For --method threshold. Default: the run's eval.align_threshold, else "
+        f"{DEFAULTS.align_threshold}.",
+        show_default=False,
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket."),
-    buckets: str = typer.Option(
-        ",".join(map(str, DEFAULTS.buckets)),
+    buckets: str | None = typer.Option(
+        None,
         "--buckets",
-        help="Bucket edges in source words, as `seq2seq eval --buckets`.",
+        help="Bucket edges in source words, as `seq2seq eval --buckets`. Default: the run's eval.buckets, "
+        f"else {','.join(map(str, DEFAULTS.buckets))}.",
+        show_default=False,
     ),
     heatmaps: Path | None = typer.Option(
         None, "--heatmaps", help="Folder for an SVG heat map with the gold links per --sentences line."
@@ -107,10 +115,13 @@ def align_command(
         raise UserError("--heatmaps draws the lines given by --sentences: add e.g. --sentences 1,5,9")
     if json_out is not None:
         check_writable(json_out)
-    edges = parse_edges(buckets) if by_length else None
+    given_edges = parse_edges(buckets) if buckets is not None else None  # a bad --buckets fails first
     corpus = load_corpus(str(src), str(ref), str(gold), gold_format.value, one_indexed)
     torch_device = resolve_device(device.value, "--device")
-    network, vocab, _ = load_trained(model, torch_device)
+    network, vocab, config = load_trained(model, torch_device)
+    # options left out take the run's `eval` section
+    edges = (given_edges or check_edges(config.eval.buckets)) if by_length else None
+    threshold = config.eval.align_threshold if threshold is None else threshold
     scores = attention_scores(network, vocab, corpus, torch_device)
     section = alignment_section(
         corpus, scores, method=method.value, threshold=threshold, edges=edges, figures=numbers

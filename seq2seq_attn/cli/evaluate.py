@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from ..config import EvalConfig, choices_enum
+from ..config import EvalConfig, choices_enum, override
 from ..console import info
 from ..errors import UserError
 from ..evaluate import (
@@ -42,6 +42,17 @@ plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=
 
 BucketBy = choices_enum(EvalConfig, "bucket_by")
 Significance = choices_enum(EvalConfig, "significance")
+
+# The command-line option that overrides each `eval` key, for error messages.
+OPTIONS = {
+    "buckets": "--buckets",
+    "bucket_by": "--bucket-by",
+    "bootstrap": "--bootstrap",
+    "seed": "--seed",
+    "min_bucket_size": "--min-bucket-size",
+    "significance": "--significance",
+}
+FROM_RUNS = "Default: the --model runs' eval.{key}, else {default}."
 
 
 class Format(str, Enum):
@@ -81,26 +92,43 @@ def eval_command(
         help="Name of each --hyp, then of each --model, in order (default: file name / run name).",
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
-    buckets: str = typer.Option(
-        ",".join(map(str, DEFAULTS.buckets)),
+    buckets: str | None = typer.Option(
+        None,
         "--buckets",
         help="Bucket edges in words. Bucket i is [edge_i, edge_i+1) and the last is open: with 0,10,20 a "
-        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+.",
+        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+. "
+        + FROM_RUNS.format(key="buckets", default=",".join(map(str, DEFAULTS.buckets))),
+        show_default=False,
     ),
-    bucket_by: BucketBy = typer.Option(
-        DEFAULTS.bucket_by,
+    bucket_by: BucketBy | None = typer.Option(
+        None,
         "--bucket-by",
-        help="Whose length, in whitespace-separated words, picks the bucket.",
+        help="Whose length, in whitespace-separated words, picks the bucket. "
+        + FROM_RUNS.format(key="bucket_by", default=DEFAULTS.bucket_by),
+        show_default=False,
     ),
-    bootstrap: int = typer.Option(
-        DEFAULTS.bootstrap,
+    bootstrap: int | None = typer.Option(
+        None,
         "--bootstrap",
         min=0,
-        help="Bootstrap resamples for the 95% BLEU interval (0: none).",
+        help="Bootstrap resamples for the 95% BLEU interval (0: none). "
+        + FROM_RUNS.format(key="bootstrap", default=DEFAULTS.bootstrap),
+        show_default=False,
     ),
-    seed: int = typer.Option(DEFAULTS.seed, "--seed", min=0, help="Seed of the bootstrap."),
-    min_bucket_size: int = typer.Option(
-        DEFAULTS.min_bucket_size, "--min-bucket-size", min=0, help="Flag buckets with fewer sentences."
+    seed: int | None = typer.Option(
+        None,
+        "--seed",
+        min=0,
+        help="Seed of the bootstrap. " + FROM_RUNS.format(key="seed", default=DEFAULTS.seed),
+        show_default=False,
+    ),
+    min_bucket_size: int | None = typer.Option(
+        None,
+        "--min-bucket-size",
+        min=0,
+        help="Flag buckets with fewer sentences. "
+        + FROM_RUNS.format(key="min_bucket_size", default=DEFAULTS.min_bucket_size),
+        show_default=False,
     ),
     fmt: Format | None = typer.Option(
         None,
@@ -119,11 +147,13 @@ def eval_command(
         metavar="LABEL",
         help="Compare every other system with this one (default: every pair of systems).",
     ),
-    significance: Significance = typer.Option(
-        DEFAULTS.significance,
+    significance: Significance | None = typer.Option(
+        None,
         "--significance",
         help="Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
-        "or approximate randomization (paired-ar), with --bootstrap resamples or trials.",
+        "or approximate randomization (paired-ar), with --bootstrap resamples or trials. "
+        + FROM_RUNS.format(key="significance", default=DEFAULTS.significance),
+        show_default=False,
     ),
     html: Path | None = typer.Option(
         None,
@@ -147,7 +177,8 @@ def eval_command(
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
     source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2). A --model
     run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
-    ("no UNK", Bahdanau et al. 2014, Table 1)."""
+    ("no UNK", Bahdanau et al. 2014, Table 1). Options left out take the `eval` section of the --model
+    runs' configs."""
     if not hyp and not model:
         raise UserError("give at least one --hyp FILE or --model RUN_DIR")
     if model and src is None:
@@ -166,14 +197,15 @@ def eval_command(
         from ..plots import image_format  # matplotlib is slow to import: only when drawing
 
         image_format(plot)
-    config = EvalConfig(
-        buckets=parse_edges(buckets),
-        bucket_by=bucket_by.value,
-        bootstrap=bootstrap,
-        seed=seed,
-        min_bucket_size=min_bucket_size,
-        significance=significance.value,
-    )
+    given = {
+        "buckets": parse_edges(buckets) if buckets is not None else None,
+        "bucket_by": bucket_by.value if bucket_by else None,
+        "bootstrap": bootstrap,
+        "seed": seed,
+        "min_bucket_size": min_bucket_size,
+        "significance": significance.value if significance else None,
+    }
+    override(DEFAULTS, given, "eval.", OPTIONS)  # a bad option fails before any translation
     systems = load_systems(hyp, label[: len(hyp)])
     references = read_text(ref)
     sources = read_text(src) if src is not None else None
@@ -184,6 +216,7 @@ def eval_command(
         folder = output.parent if output is not None else (run if run.is_dir() else run.parent.parent)
         translated.append(translate_run(run, name, sources, folder / f"{Path(src).stem}.{name}.hyp"))
     systems += [run.system for run in translated]
+    config = override(runs_eval_section([run.config for run in translated], given), given, "eval.", OPTIONS)
     # (label, vocabulary) of the word-vocabulary runs: their shortlists define the "no UNK" sentences
     shortlists = [(run.system.label, run.vocab) for run in translated if run.vocab.model_type == "word"]
     report = evaluate(
@@ -201,6 +234,22 @@ def eval_command(
     write_outputs(report, fmt.value if fmt else None, output, plot)
     if html is not None:
         write_html(html, report, systems, references, sources, translated, aer)
+
+
+def runs_eval_section(configs: list[Config], given: dict[str, Any]) -> EvalConfig:
+    """The `eval` section the --model runs were configured with (the defaults without runs). Runs that
+    differ in a key the command line does not set leave no single answer: an error names the key."""
+    if not configs:
+        return DEFAULTS
+    first = configs[0].eval
+    for other in configs[1:]:
+        for key in OPTIONS:
+            if given[key] is None and getattr(other.eval, key) != getattr(first, key):
+                raise UserError(
+                    f"the --model runs differ in eval.{key} ({getattr(first, key)} vs "
+                    f"{getattr(other.eval, key)}): give {OPTIONS[key]}"
+                )
+    return first
 
 
 def read_alignment(path: Path, html: Path | None) -> dict[str, Any]:
