@@ -190,9 +190,8 @@ class Ours(Toolkit):
         s = self.settings
         options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
         options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha, "--device": s.device}
-        if (
-            s.decode_steps
-        ):  # N pieces: EOS forbidden before them, forced after (one more step: ours scores it)
+        # --decode-steps N: EOS forbidden before N pieces and forced after them (one more step, to score it)
+        if s.decode_steps:
             options |= {"--min-len": s.decode_steps, "--max-len-a": 0, "--max-len-b": s.decode_steps}
         else:
             options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA}

@@ -133,7 +133,6 @@ def beam_search(
     forbidden = torch.tensor([PAD_ID, BOS_ID], device=device)  # never a next token
     slots = torch.arange(k, device=device)  # (k,)
     first_rows = torch.arange(batch, device=device) * k  # row of each alive sentence's first beam
-    n_finished = torch.zeros(batch, dtype=torch.long, device=device)  # finished hypotheses per sentence
 
     step = 0
     while alive:
@@ -162,9 +161,9 @@ def beam_search(
         source_rows = first_rows[:n].unsqueeze(1) + origin  # (sentences, k) row ids
 
         # A sentence with f finished hypotheses keeps only its k - f best candidates.
-        taken = (slots < (k - n_finished).unsqueeze(1)) & (top_log_p > NEG_INF)
+        open_slots = torch.tensor([k - len(finished[s]) for s in alive], device=device)
+        taken = (slots < open_slots.unsqueeze(1)) & (top_log_p > NEG_INF)
         ends = taken & (next_token == EOS_ID)
-        n_finished = n_finished + ends.sum(dim=1)
         for a, j in ends.nonzero().tolist():
             row = int(source_rows[a, j])
             sentence = alive[a]
@@ -192,21 +191,19 @@ def beam_search(
             max_len_rows = max_len_rows.index_select(0, kept_rows)
             min_len_rows = min_len_rows.index_select(0, kept_rows)
             alive = [alive[a] for a in keep]
-            source_rows, log_p, next_token, n_finished = (
-                t.index_select(0, keep_index) for t in (source_rows, log_p, next_token, n_finished)
+            source_rows, log_p, next_token = (
+                t.index_select(0, keep_index) for t in (source_rows, log_p, next_token)
             )
         rows = source_rows.view(-1)  # new row order, in old row ids
         y_prev = next_token.view(-1)
         if not alive:
             break
-        if k > 1 or len(keep) < n:  # (greedy rows keep their order until a sentence leaves)
-            state = state.index_select(rows)
-            tokens = tokens.index_select(0, rows)
-            attention = attention.index_select(0, rows) if with_attention else None
-            history = history.index_select(0, rows) if with_attention else None
-        tokens = torch.cat([tokens, y_prev.unsqueeze(1)], dim=1)
+        state = state.index_select(rows)
+        tokens = torch.cat([tokens.index_select(0, rows), y_prev.unsqueeze(1)], dim=1)
         if with_attention:
-            history = torch.cat([history, attention.unsqueeze(1)], dim=1)
+            history = torch.cat(
+                [history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
+            )
         step += 1
 
     return [_best(hyps, cfg.nbest) for hyps in finished]

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import typer
 
-from ..config import EvalConfig
 from ..console import info
 from ..errors import UserError
 from ..evaluate import check_edges, parse_edges
 from ..io import check_writable, write_json, write_text
+from .evaluate import run_default_option
 from .translate import HELP, Device
-
-DEFAULTS = EvalConfig()
 
 
 class GoldFormat(str, Enum):
@@ -69,22 +67,12 @@ def align_command(
         help="argmax: each target word links to its most attended source word; threshold: every pair "
         "with word-level attention >= --threshold.",
     ),
-    threshold: float | None = typer.Option(
-        None,
-        "--threshold",
-        min=0.0,
-        max=1.0,
-        help="For --method threshold. Default: the run's eval.align_threshold, else "
-        f"{DEFAULTS.align_threshold}.",
-        show_default=False,
+    threshold: float | None = run_default_option(
+        "align_threshold", "--threshold", "For --method threshold.", min=0.0, max=1.0
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket."),
-    buckets: str | None = typer.Option(
-        None,
-        "--buckets",
-        help="Bucket edges in source words, as `seq2seq eval --buckets`. Default: the run's eval.buckets, "
-        f"else {','.join(map(str, DEFAULTS.buckets))}.",
-        show_default=False,
+    buckets: str | None = run_default_option(
+        "buckets", "--buckets", "Bucket edges in source words, as `seq2seq eval --buckets`."
     ),
     heatmaps: Path | None = typer.Option(
         None, "--heatmaps", help="Folder for an SVG heat map with the gold links per --sentences line."

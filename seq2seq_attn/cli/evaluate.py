@@ -52,7 +52,15 @@ OPTIONS = {
     "min_bucket_size": "--min-bucket-size",
     "significance": "--significance",
 }
-FROM_RUNS = "Default: the --model runs' eval.{key}, else {default}."
+
+
+def run_default_option(key: str, flag: str, help: str, **kwargs: Any) -> Any:
+    """A typer option for `eval` key `key` with no default of its own: when it is left out, the `eval`
+    section of the --model run's config applies (the schema's default without a run), as its help says."""
+    default = getattr(DEFAULTS, key)
+    shown = ",".join(map(str, default)) if isinstance(default, list) else default
+    help = f"{help} Default: the --model run's eval.{key}, else {shown}."
+    return typer.Option(None, flag, help=help, show_default=False, **kwargs)
 
 
 class Format(str, Enum):
@@ -92,43 +100,21 @@ def eval_command(
         help="Name of each --hyp, then of each --model, in order (default: file name / run name).",
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
-    buckets: str | None = typer.Option(
-        None,
-        "--buckets",
-        help="Bucket edges in words. Bucket i is [edge_i, edge_i+1) and the last is open: with 0,10,20 a "
-        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+. "
-        + FROM_RUNS.format(key="buckets", default=",".join(map(str, DEFAULTS.buckets))),
-        show_default=False,
+    buckets: str | None = run_default_option(
+        "buckets",
+        OPTIONS["buckets"],
+        "Bucket edges in words. Bucket i is [edge_i, edge_i+1) and the last is open: with 0,10,20 a "
+        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+.",
     ),
-    bucket_by: BucketBy | None = typer.Option(
-        None,
-        "--bucket-by",
-        help="Whose length, in whitespace-separated words, picks the bucket. "
-        + FROM_RUNS.format(key="bucket_by", default=DEFAULTS.bucket_by),
-        show_default=False,
+    bucket_by: BucketBy | None = run_default_option(
+        "bucket_by", OPTIONS["bucket_by"], "Whose length, in whitespace-separated words, picks the bucket."
     ),
-    bootstrap: int | None = typer.Option(
-        None,
-        "--bootstrap",
-        min=0,
-        help="Bootstrap resamples for the 95% BLEU interval (0: none). "
-        + FROM_RUNS.format(key="bootstrap", default=DEFAULTS.bootstrap),
-        show_default=False,
+    bootstrap: int | None = run_default_option(
+        "bootstrap", OPTIONS["bootstrap"], "Bootstrap resamples for the 95% BLEU interval (0: none).", min=0
     ),
-    seed: int | None = typer.Option(
-        None,
-        "--seed",
-        min=0,
-        help="Seed of the bootstrap. " + FROM_RUNS.format(key="seed", default=DEFAULTS.seed),
-        show_default=False,
-    ),
-    min_bucket_size: int | None = typer.Option(
-        None,
-        "--min-bucket-size",
-        min=0,
-        help="Flag buckets with fewer sentences. "
-        + FROM_RUNS.format(key="min_bucket_size", default=DEFAULTS.min_bucket_size),
-        show_default=False,
+    seed: int | None = run_default_option("seed", OPTIONS["seed"], "Seed of the bootstrap.", min=0),
+    min_bucket_size: int | None = run_default_option(
+        "min_bucket_size", OPTIONS["min_bucket_size"], "Flag buckets with fewer sentences.", min=0
     ),
     fmt: Format | None = typer.Option(
         None,
@@ -147,13 +133,11 @@ def eval_command(
         metavar="LABEL",
         help="Compare every other system with this one (default: every pair of systems).",
     ),
-    significance: Significance | None = typer.Option(
-        None,
-        "--significance",
-        help="Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
-        "or approximate randomization (paired-ar), with --bootstrap resamples or trials. "
-        + FROM_RUNS.format(key="significance", default=DEFAULTS.significance),
-        show_default=False,
+    significance: Significance | None = run_default_option(
+        "significance",
+        OPTIONS["significance"],
+        "Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
+        "or approximate randomization (paired-ar), with --bootstrap resamples or trials.",
     ),
     html: Path | None = typer.Option(
         None,
