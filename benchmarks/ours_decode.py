@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from seq2seq_attn.checkpoint import load_trained
 from seq2seq_attn.io import read_lines, write_text
+from seq2seq_attn.run_dir import load_trained
 from seq2seq_attn.translate import CHUNK_LINES, Translator
 
 NO_LIMIT = 2**31 - 1  # a token count no batch or test source reaches

@@ -9,13 +9,18 @@ from __future__ import annotations
 import math
 import unicodedata
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from .io import write_json
 from .plots import save_figure
+
+if TYPE_CHECKING:
+    from .translate import Translation, Translator
 
 CELL_INCHES = 0.3  # room per label while the figure is small
 MAX_INCHES = 30.0  # largest side of a figure
@@ -70,6 +75,28 @@ def draw_attention(
     with warnings.catch_warnings():  # see attention_figure: missing glyphs
         warnings.simplefilter("ignore", UserWarning)
         save_figure(figure, path)
+
+
+def attention_files(translator: Translator, folder: Path) -> Callable[[int, Translation], None]:
+    """What `translate_stream` calls for each line to write the best hypothesis' heat map
+    (`<folder>/<index>.png`) and matrix (`<index>.json`, with the pieces that label it); lines with
+    nothing attended (empty) get no files. It turns on the translator's attention."""
+    folder.mkdir(parents=True, exist_ok=True)
+    translator.with_attention = True
+
+    def write(index: int, translation: Translation) -> None:
+        found = translator.attention(translation)
+        if found is None:
+            return
+        weights, source, target = found
+        record = {"index": index, "source": source, "target": target}
+        write_json(
+            folder / f"{index:06d}.json",
+            {**record, "attention": np.round(weights.astype(np.float64), 5).tolist()},
+        )
+        draw_attention(folder / f"{index:06d}.png", weights, source, target)
+
+    return write
 
 
 def pick_by_length(lines: Sequence[str], count: int, shortest: int = 8, longest: int = 40) -> list[int]:

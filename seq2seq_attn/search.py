@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -46,7 +47,11 @@ from .config import DecodeConfig
 from .device import bf16_autocast, uses_bf16
 from .vocab import BOS_ID, EOS_ID, PAD_ID
 
+if TYPE_CHECKING:
+    from .model import DecoderState, EncoderOutput
+
 NEG_INF = float("-inf")
+FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token
 
 
 @dataclass
@@ -100,6 +105,39 @@ def score_bound(open_log_prob: float, max_len: int, cfg: DecodeConfig) -> float:
     return open_log_prob / length_penalty(max_len + 1, cfg.length_penalty, cfg.alpha)
 
 
+@dataclass
+class Beams:
+    """The search state of a batch: k rows (beam slots) per sentence still searching.
+
+    Rows are sentence-major: sentence a's slots are rows a*k ... a*k + k - 1. `alive[a]` is the input
+    index of the a-th sentence still searching; `finished[i]` the ended hypotheses of input sentence i.
+    """
+
+    k: int
+    enc: EncoderOutput  # one row per sentence still searching (its beams share it)
+    state: DecoderState  # (rows, ...)
+    log_p: Tensor  # (sentences, k) log p of each open hypothesis; -inf marks an empty slot
+    tokens: Tensor  # (rows, step) the hypotheses so far
+    history: Tensor | None  # (rows, step, src_len) their attention, when asked for
+    y_prev: Tensor  # (rows,) the last token of each hypothesis
+    max_len_rows: Tensor  # (rows,) each row's maximum output length
+    min_len_rows: Tensor  # (rows,) each row's minimum output length
+    forbidden: Tensor  # the FORBIDDEN ids, on the search's device
+    alive: list[int]
+    finished: list[list[Hypothesis]]
+
+
+@dataclass
+class Candidates:
+    """The k best continuations of each sentence at one step, best first: (sentences, k) each."""
+
+    log_p: Tensor  # their log-probabilities
+    token: Tensor  # the token each appends
+    source_row: Tensor  # the row (hypothesis) each extends
+    ends: Tensor  # True where a taken candidate is EOS: a hypothesis that ends here
+    open: Tensor  # True where a taken candidate stays open
+
+
 @torch.no_grad()
 def beam_search(
     model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
@@ -107,106 +145,154 @@ def beam_search(
     """The `cfg.nbest` best hypotheses of each sentence, best first.
 
     src: (batch, src_len) source ids, each sentence ending in EOS, padded with PAD. src_lengths: (batch,)
-    including that EOS. The model must be in eval mode (see `translate_ids`).
+    including that EOS. The model must be in eval mode (see `translate_ids`). Each step: score every
+    continuation, keep each sentence's best (`best_continuations`), move the ended ones to `finished`
+    (`record_finished`), let the sentences that are done leave the batch (`drop_done`), and extend the
+    open hypotheses (`advance`).
     """
-    batch, k = src.size(0), cfg.beam_size
-    device = src.device
-    src_len_list = src_lengths.tolist()
-    max_lens = [max_output_length(n - 1, cfg) for n in src_len_list]
-    min_lens = [min_output_length(n - 1, cfg) for n in src_len_list]
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    alive = list(range(batch))  # the original index of each sentence still searching
+    src_lens = [n - 1 for n in src_lengths.tolist()]  # without the source EOS
+    max_lens = [max_output_length(n, cfg) for n in src_lens]
+    min_lens = [min_output_length(n, cfg) for n in src_lens]
+    beams = start(model, src, src_lengths, cfg.beam_size, max_lens, min_lens, with_attention)
+    step = 0
+    while beams.alive:
+        step_log_probs, beams.state, attention = model.step(beams.enc, beams.state, beams.y_prev)
+        attention = attention.float() if with_attention else None  # (rows, src_len)
+        top = best_continuations(beams, step_log_probs.float(), step, max_lens, min_lens, cfg)
+        record_finished(beams, top, attention, src_lens, cfg)
+        top = drop_done(beams, top, max_lens, cfg)
+        advance(beams, top, attention)
+        step += 1
+    return [_best(hyps, cfg.nbest) for hyps in beams.finished]
 
-    # One row per sentence in `enc` (its beams share it, see Attention.forward), k rows in the state.
+
+def start(
+    model,
+    src: Tensor,
+    src_lengths: Tensor,
+    k: int,
+    max_lens: list[int],
+    min_lens: list[int],
+    with_attention: bool,
+) -> Beams:
+    """Encode the batch once and open one hypothesis (BOS) per sentence.
+
+    Only one slot of each sentence is open at the start, so that the k copies of BOS do not produce k
+    identical hypotheses.
+    """
+    batch, device = src.size(0), src.device
     enc = model.encode(src, src_lengths)
     beam_rows = torch.arange(batch, device=device).repeat_interleave(k)  # sentence of each row
-    state = model.init_state(enc).index_select(beam_rows)
-    # log p of each open hypothesis (sentences, k); -inf marks an empty slot. Only one beam at the start,
-    # so that the k copies of BOS do not produce k identical hypotheses.
     log_p = torch.full((batch, k), NEG_INF, device=device)
     log_p[:, 0] = 0.0
-    tokens = torch.empty((batch * k, 0), dtype=torch.long, device=device)  # (rows, step)
-    history = src.new_zeros((batch * k, 0, src.size(1)), dtype=torch.float) if with_attention else None
-    y_prev = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
-    max_len_rows = torch.tensor(max_lens, device=device).repeat_interleave(k)  # (rows,)
-    min_len_rows = torch.tensor(min_lens, device=device).repeat_interleave(k)  # (rows,)
-    forbidden = torch.tensor([PAD_ID, BOS_ID], device=device)  # never a next token
-    slots = torch.arange(k, device=device)  # (k,)
-    first_rows = torch.arange(batch, device=device) * k  # row of each alive sentence's first beam
+    return Beams(
+        k=k,
+        enc=enc,
+        state=model.init_state(enc).index_select(beam_rows),
+        log_p=log_p,
+        tokens=torch.empty((batch * k, 0), dtype=torch.long, device=device),
+        history=src.new_zeros((batch * k, 0, src.size(1)), dtype=torch.float) if with_attention else None,
+        y_prev=torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device),
+        max_len_rows=torch.tensor(max_lens, device=device).repeat_interleave(k),
+        min_len_rows=torch.tensor(min_lens, device=device).repeat_interleave(k),
+        forbidden=torch.tensor(FORBIDDEN, device=device),
+        alive=list(range(batch)),
+        finished=[[] for _ in range(batch)],
+    )
 
-    step = 0
-    while alive:
-        n = len(alive)
-        step_log_probs, state, attention = model.step(enc, state, y_prev)  # (rows, V), _, (rows, src_len)
-        attention = attention.float() if with_attention else None
-        vocab_size = step_log_probs.size(1)
-        # Every continuation of every open hypothesis of a sentence: (sentences, k * V).
-        candidates = log_p.view(-1, 1) + step_log_probs.float()  # (rows, V)
-        # Which length rules can apply at this step is known on the host, so most steps skip them.
-        below_min = step < max(min_lens[s] for s in alive)
-        at_max = step >= min(max_lens[s] for s in alive)
-        constrain_(
-            candidates,
-            step,
-            tokens,
-            forbidden,
-            min_len_rows if below_min else None,
-            max_len_rows if at_max else None,
-            cfg.no_repeat_ngram,
+
+def best_continuations(
+    beams: Beams,
+    step_log_probs: Tensor,
+    step: int,
+    max_lens: list[int],
+    min_lens: list[int],
+    cfg: DecodeConfig,
+) -> Candidates:
+    """Every continuation of every open hypothesis, constrained (`constrain_`), and each sentence's k best.
+
+    step_log_probs (rows, V): the model's next-token log-probabilities, in fp32. A sentence with f
+    finished hypotheses takes only its k - f best candidates.
+    """
+    n, k, vocab_size = len(beams.alive), beams.k, step_log_probs.size(1)
+    device = step_log_probs.device
+    candidates = beams.log_p.view(-1, 1) + step_log_probs  # (rows, V)
+    # Which length rules can apply at this step is known on the host, so most steps skip them.
+    below_min = step < max(min_lens[s] for s in beams.alive)
+    at_max = step >= min(max_lens[s] for s in beams.alive)
+    constrain_(
+        candidates,
+        step,
+        beams.tokens,
+        beams.forbidden,
+        beams.min_len_rows if below_min else None,
+        beams.max_len_rows if at_max else None,
+        cfg.no_repeat_ngram,
+    )
+    top_log_p, top_index = candidates.view(n, k * vocab_size).topk(k, dim=1)  # (sentences, k), best first
+    origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # the slot each candidate extends
+    token = top_index % vocab_size
+    first_rows = torch.arange(n, device=device).unsqueeze(1) * k  # (sentences, 1)
+    open_slots = torch.tensor([k - len(beams.finished[s]) for s in beams.alive], device=device)
+    taken = (torch.arange(k, device=device) < open_slots.unsqueeze(1)) & (top_log_p > NEG_INF)
+    ends = taken & (token == EOS_ID)
+    return Candidates(top_log_p, token, first_rows + origin, ends, taken & ~ends)
+
+
+def record_finished(
+    beams: Beams, top: Candidates, attention: Tensor | None, src_lens: list[int], cfg: DecodeConfig
+) -> None:
+    """Move the candidates that end (EOS) to their sentence's finished hypotheses, scored (module doc)."""
+    for a, j in top.ends.nonzero().tolist():
+        row = int(top.source_row[a, j])
+        sentence = beams.alive[a]
+        words = beams.tokens[row].tolist()
+        lp = float(top.log_p[a, j])
+        weights = None
+        if attention is not None:
+            columns = src_lens[sentence] + 1  # the source pieces and its EOS
+            weights = torch.cat([beams.history[row], attention[row : row + 1]])[:, :columns].cpu().numpy()
+        score = lp / length_penalty(len(words) + 1, cfg.length_penalty, cfg.alpha)
+        beams.finished[sentence].append(Hypothesis(words, score, lp, weights))
+    beams.log_p = top.log_p.masked_fill(~top.open, NEG_INF)
+
+
+def drop_done(beams: Beams, top: Candidates, max_lens: list[int], cfg: DecodeConfig) -> Candidates:
+    """Let the sentences that are done (`_is_done`) leave the batch; returns `top` for those that stay."""
+    n = len(beams.alive)
+    best_open = beams.log_p.max(dim=1).values.tolist()
+    top_ended = top.ends[:, 0].tolist()  # the step's best candidate (sorted first) is EOS
+    keep = [
+        a
+        for a, s in enumerate(beams.alive)
+        if not _is_done(beams.finished[s], best_open[a], top_ended[a], max_lens[s], cfg)
+    ]
+    if len(keep) == n:
+        return top
+    device = beams.log_p.device
+    keep_index = torch.tensor(keep, dtype=torch.long, device=device)
+    kept_rows = (keep_index.unsqueeze(1) * beams.k + torch.arange(beams.k, device=device)).view(-1)
+    beams.enc = beams.enc.index_select(keep_index)
+    beams.max_len_rows = beams.max_len_rows.index_select(0, kept_rows)
+    beams.min_len_rows = beams.min_len_rows.index_select(0, kept_rows)
+    beams.alive = [beams.alive[a] for a in keep]
+    beams.log_p = beams.log_p.index_select(0, keep_index)
+    kept = (t.index_select(0, keep_index) for t in (top.log_p, top.token, top.source_row, top.ends, top.open))
+    return Candidates(*kept)
+
+
+def advance(beams: Beams, top: Candidates, attention: Tensor | None) -> None:
+    """Reorder the rows to the kept candidates' hypotheses and append each candidate's token."""
+    beams.y_prev = top.token.view(-1)
+    if not beams.alive:
+        return
+    rows = top.source_row.view(-1)  # the new row order, in old row ids
+    beams.state = beams.state.index_select(rows)
+    beams.tokens = torch.cat([beams.tokens.index_select(0, rows), beams.y_prev.unsqueeze(1)], dim=1)
+    if attention is not None:
+        beams.history = torch.cat(
+            [beams.history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
         )
-        candidates = candidates.view(n, k * vocab_size)
-        top_log_p, top_index = candidates.topk(k, dim=1)  # (sentences, k), best first
-        origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # slot the candidate extends
-        next_token = top_index % vocab_size
-        source_rows = first_rows[:n].unsqueeze(1) + origin  # (sentences, k) row ids
-
-        # A sentence with f finished hypotheses keeps only its k - f best candidates.
-        open_slots = torch.tensor([k - len(finished[s]) for s in alive], device=device)
-        taken = (slots < open_slots.unsqueeze(1)) & (top_log_p > NEG_INF)
-        ends = taken & (next_token == EOS_ID)
-        for a, j in ends.nonzero().tolist():
-            row = int(source_rows[a, j])
-            sentence = alive[a]
-            words = tokens[row].tolist()
-            lp = float(top_log_p[a, j])
-            weights = None
-            if with_attention:
-                src_len = src_len_list[sentence]
-                weights = torch.cat([history[row], attention[row : row + 1]])[:, :src_len].cpu().numpy()
-            score = lp / length_penalty(len(words) + 1, cfg.length_penalty, cfg.alpha)
-            finished[sentence].append(Hypothesis(words, score, lp, weights))
-        log_p = top_log_p.masked_fill(~(taken & ~ends), NEG_INF)
-
-        best_open = log_p.max(dim=1).values.tolist()
-        top_ended = ends[:, 0].tolist()  # the step's best candidate (sorted first) is EOS
-        keep = [
-            a
-            for a in range(n)
-            if not _is_done(finished[alive[a]], best_open[a], top_ended[a], max_lens[alive[a]], cfg)
-        ]
-        if len(keep) < n:  # finished sentences leave the batch
-            keep_index = torch.tensor(keep, dtype=torch.long, device=device)
-            kept_rows = (first_rows.index_select(0, keep_index).unsqueeze(1) + slots).view(-1)
-            enc = enc.index_select(keep_index)
-            max_len_rows = max_len_rows.index_select(0, kept_rows)
-            min_len_rows = min_len_rows.index_select(0, kept_rows)
-            alive = [alive[a] for a in keep]
-            source_rows, log_p, next_token = (
-                t.index_select(0, keep_index) for t in (source_rows, log_p, next_token)
-            )
-        rows = source_rows.view(-1)  # new row order, in old row ids
-        y_prev = next_token.view(-1)
-        if not alive:
-            break
-        state = state.index_select(rows)
-        tokens = torch.cat([tokens.index_select(0, rows), y_prev.unsqueeze(1)], dim=1)
-        if with_attention:
-            history = torch.cat(
-                [history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
-            )
-        step += 1
-
-    return [_best(hyps, cfg.nbest) for hyps in finished]
 
 
 def constrain_(

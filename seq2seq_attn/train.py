@@ -26,21 +26,9 @@ import torch
 
 from . import console, distributed
 from .batching import BatchStream
-from .checkpoint import (
-    BEST,
-    LATEST,
-    Progress,
-    checkpoint_dir,
-    gather_rank_states,
-    restore,
-    resume_point,
-    save_checkpoint,
-    save_validated,
-    seed_everything,
-    training_state,
-)
+from .cache import build_cache, load_cache
+from .checkpoint import save_checkpoint
 from .config import Config, to_yaml
-from .data.cache import build_cache, load_cache
 from .data.prepare import prepare
 from .device import resolve_device, uses_bf16
 from .distributed import Ranks, StopSignals
@@ -51,6 +39,8 @@ from .loss import batch_loss, loss_divisor
 from .metrics import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .model import Seq2Seq, build_model
 from .optim import FUSED, Schedule, build_optimizer, step_optimizer
+from .run_dir import BEST, LATEST, checkpoint_dir, save_validated
+from .train_state import Progress, gather_rank_states, restore, resume_point, seed_everything, training_state
 from .validate import validate
 from .vocab import Vocab, build_vocab, vocab_dir
 

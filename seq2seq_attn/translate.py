@@ -29,9 +29,11 @@ best hypothesis, and `<dir>/<i:06d>.json`: {"index", "source": pieces + </s>, "t
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sys
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -42,7 +44,7 @@ import torch
 from .config import DecodeConfig
 from .console import progress
 from .errors import UserError
-from .io import read_lines, write_json
+from .io import atomic_write, open_binary, read_lines
 from .search import Hypothesis, translate_ids
 from .vocab import UNK_ID, WORD_BOUNDARY, Vocab
 
@@ -158,25 +160,6 @@ class Translator:
         target = [*self.vocab.tgt_pieces(hyp.tokens), EOS_PIECE]
         return hyp.attention, source, target
 
-    def write_attention(self, folder: Path, index: int, translation: Translation) -> None:
-        """The best hypothesis' heat map and matrix for input line `index`."""
-        found = self.attention(translation)
-        if found is None:
-            return
-        weights, source, target = found
-        write_json(
-            folder / f"{index:06d}.json",
-            {
-                "index": index,
-                "source": source,
-                "target": target,
-                "attention": np.round(weights.astype(np.float64), 5).tolist(),
-            },
-        )
-        from .heatmap import draw_attention  # matplotlib is slow to import: only when drawing
-
-        draw_attention(folder / f"{index:06d}.png", weights, source, target)
-
 
 def format_rows(index: int, translation: Translation, nbest: int, scores: bool) -> list[str]:
     """The output line(s) of one input line (see the module docstring for the formats)."""
@@ -193,13 +176,13 @@ def translate_stream(
     source: BinaryIO,
     sink: BinaryIO,
     scores: bool = False,
-    attention_dir: Path | None = None,
+    each: Callable[[int, Translation], None] | None = None,
     chunk_lines: int = CHUNK_LINES,
 ) -> int:
-    """Translate every line of `source` into `sink`, flushing after each chunk; returns the line count."""
-    if attention_dir is not None:
-        attention_dir.mkdir(parents=True, exist_ok=True)
-        translator.with_attention = True
+    """Translate every line of `source` into `sink`, flushing after each chunk; returns the line count.
+
+    `each(index, translation)` is called for every line, 0-based, in order (`heatmap.attention_files`
+    writes each line's attention with it)."""
     lines = decode_lines(source)
     count = 0
     with progress(unit=" lines", desc="translate") as bar:
@@ -207,9 +190,28 @@ def translate_stream(
             for offset, translation in enumerate(translator.translate(chunk)):
                 rows = format_rows(count + offset, translation, translator.cfg.nbest, scores)
                 sink.write("".join(row + "\n" for row in rows).encode("utf-8"))
-                if attention_dir is not None:
-                    translator.write_attention(attention_dir, count + offset, translation)
+                if each is not None:
+                    each(count + offset, translation)
             sink.flush()
             count += len(chunk)
             bar.update(len(chunk))
     return count
+
+
+def translate_file(
+    translator: Translator,
+    input_path: str,
+    output_path: str,
+    scores: bool = False,
+    each: Callable[[int, Translation], None] | None = None,
+) -> int:
+    """`translate_stream` from a file (`.gz` read directly) or `-` (stdin) to a file, written atomically,
+    or `-` (stdout); returns the line count. A person typing on stdin gets each line at once."""
+    with contextlib.ExitStack() as stack:
+        stdin = input_path == "-"
+        source = sys.stdin.buffer if stdin else stack.enter_context(open_binary(input_path))
+        sink = (
+            sys.stdout.buffer if output_path == "-" else stack.enter_context(atomic_write(output_path, "wb"))
+        )
+        chunk = 1 if stdin and sys.stdin.isatty() else CHUNK_LINES
+        return translate_stream(translator, source, sink, scores, each, chunk)

@@ -14,8 +14,8 @@ import sacrebleu
 import torch
 
 from .batching import collate, cut_batches, length_order
+from .cache import load_cache
 from .config import Config
-from .data.cache import load_cache
 from .io import read_lines
 from .loss import batch_loss
 from .metrics import perplexity

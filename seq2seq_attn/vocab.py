@@ -3,7 +3,7 @@
 `build_vocab` trains one joint model or one model per language on `<data_dir>/train.{src,tgt}` and keeps
 it in `<data_dir>/vocab/` with a manifest (the vocabulary settings and the sha256 of the files it was
 trained on), so a second run does no work unless the data or the settings changed. Special ids are fixed
-everywhere: pad=0, unk=1, bos=2, eos=3. `data/cache.py` encodes every split with it once, for training.
+everywhere: pad=0, unk=1, bos=2, eos=3. `cache.py` encodes every split with it once, for training.
 
 `build_vocab` and the cache hold the data folder's lock (lock.py) while they write, and only then, so that
 trainings which find the vocabulary and cache up to date can start side by side on one data folder.
@@ -26,7 +26,7 @@ import sentencepiece as spm
 
 from .config import Config, VocabConfig, to_dict
 from .console import info
-from .data import SIDES
+from .constants import SIDES
 from .errors import UserError
 from .io import atomic_write, read_json, sha256_file, sha256_text, write_json
 from .lock import exclusive

@@ -12,9 +12,10 @@ import torch
 import yaml
 from torch import nn
 
-from seq2seq_attn.checkpoint import checkpoint_dir, load_checkpoint, point_best, save_checkpoint
+from seq2seq_attn.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq_attn.config import Config, DecodeConfig, ModelConfig, from_dict, to_dict
 from seq2seq_attn.model import build_model
+from seq2seq_attn.run_dir import checkpoint_dir, point_best
 from seq2seq_attn.search import translate_ids
 from seq2seq_attn.vocab import build_vocab
 

@@ -27,10 +27,10 @@ from seq2seq_attn.align import (
     score_links,
     word_attention,
 )
-from seq2seq_attn.checkpoint import load_trained
 from seq2seq_attn.cli import main
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluate import bucket_labels
+from seq2seq_attn.run_dir import load_trained
 
 
 def gold(sure=(), possible=()) -> GoldLinks:

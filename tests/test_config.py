@@ -10,7 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
-from seq2seq_attn.config import Config, config_markdown, from_dict, load_config, to_dict, to_yaml
+from seq2seq_attn.config import Config, from_dict, load_config, to_dict, to_yaml
+from seq2seq_attn.config.reference import config_markdown
 from seq2seq_attn.errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from pathlib import Path
 import sacrebleu
 from conftest import with_eval_section
 
-from seq2seq_attn.checkpoint import load_trained
+from seq2seq_attn.run_dir import load_trained
 from seq2seq_attn.translate import Translator
 
 
@@ -98,7 +98,7 @@ def test_eval_models_that_differ_in_their_eval_section_need_the_option(tiny_run_
     result = run_cli(*args)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "seq2seq: error: the --model runs differ in eval.buckets ([0, 3, 6] vs [0, 4]): give --buckets"
+        "seq2seq: error: the trained runs differ in eval.buckets ([0, 3, 6] vs [0, 4]): give --buckets"
     ]
     result = run_cli(*args, "--buckets", "0,10")
     assert result.returncode == 0, result.stderr

@@ -21,9 +21,10 @@ from test_bad_input import ENV, assert_one_line_error
 from test_train import prepared  # noqa: F401 - the module fixture: tiny.yaml with data and vocabulary
 
 from seq2seq_attn import train as train_module
-from seq2seq_attn.checkpoint import load_checkpoint, resolve_checkpoint
+from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.config import load_config
 from seq2seq_attn.metrics import read_metrics
+from seq2seq_attn.run_dir import resolve_checkpoint
 
 # every update writes latest.pt, every 5th also a best-K step-N.pt and the best.pt link
 SETTINGS = {

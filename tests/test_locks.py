@@ -23,17 +23,11 @@ from conftest import make_run_dir, tiny_config, write_corpus
 from test_bad_input import ENV, assert_one_line_error, seq2seq, snapshot
 from test_train import cli, metrics, parameters, prepared, quiet_env  # noqa: F401 - prepared: a fixture
 
-from seq2seq_attn import checkpoint
-from seq2seq_attn.checkpoint import (
-    LATEST,
-    average_latest,
-    checkpoint_dir,
-    load_checkpoint,
-    load_trained,
-    save_checkpoint,
-)
-from seq2seq_attn.data.cache import load_cache
+from seq2seq_attn import average
+from seq2seq_attn.cache import load_cache
+from seq2seq_attn.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq_attn.lock import LOCK_FILE, exclusive
+from seq2seq_attn.run_dir import LATEST, average_latest, checkpoint_dir, load_trained
 from seq2seq_attn.vocab import Vocab
 
 WAIT = 120  # seconds before a test gives up on a process that should have done something
@@ -203,7 +197,7 @@ def test_averaging_lists_again_when_training_prunes_a_checkpoint_meanwhile(tmp_p
     config = tiny_config(tmp_path)
     write_corpus(config.data_dir)
     folder = checkpoint_dir(make_run_dir(config, steps=(1, 2)))
-    load = checkpoint.load_checkpoint
+    load = average.load_checkpoint
 
     def training_moves_on(path: Path, *args, **kwargs) -> dict:
         if path.name == "step-1.pt" and path.exists():  # a better step-3 is kept, step-1 pruned
@@ -211,7 +205,7 @@ def test_averaging_lists_again_when_training_prunes_a_checkpoint_meanwhile(tmp_p
             path.unlink()
         return load(path, *args, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "load_checkpoint", training_moves_on)
+    monkeypatch.setattr(average, "load_checkpoint", training_moves_on)
     averaged, paths = average_latest(config.run_dir, 2)
     assert [path.name for path in paths] == ["step-2.pt", "step-3.pt"]
     assert averaged["step"] == 3

@@ -11,8 +11,9 @@ from torch.nn import functional as F
 
 from seq2seq_attn.batching import collate
 from seq2seq_attn.config import ModelConfig
-from seq2seq_attn.loss import batch_loss, loss_divisor, summed_cross_entropy
+from seq2seq_attn.loss import batch_loss, loss_divisor
 from seq2seq_attn.model import build_model
+from seq2seq_attn.model.cross_entropy import summed_cross_entropy
 from seq2seq_attn.vocab import PAD_ID
 
 VOCAB, FEATURES = 11, 6

@@ -17,10 +17,12 @@ import pytest
 import torch
 
 from seq2seq_attn import train as train_module
-from seq2seq_attn.checkpoint import Progress, load_checkpoint, load_trained
+from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.config import from_dict, load_config
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.optim import Schedule
+from seq2seq_attn.run_dir import load_trained
+from seq2seq_attn.train_state import Progress
 
 torch.set_num_threads(1)
 

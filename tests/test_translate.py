@@ -21,11 +21,13 @@ from test_search import ScriptedModel
 from typer.testing import CliRunner
 
 import seq2seq_attn.search
-from seq2seq_attn.checkpoint import average_checkpoints, latest_checkpoints, load_checkpoint, load_trained
+from seq2seq_attn.average import average_checkpoints
+from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.cli.translate import register
 from seq2seq_attn.config import DecodeConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.heatmap import MAX_INCHES, MIN_FONT, axis_layout
+from seq2seq_attn.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
+from seq2seq_attn.run_dir import latest_checkpoints, load_trained
 from seq2seq_attn.translate import Translator, piece_words, translate_stream
 from seq2seq_attn.vocab import EOS_ID, UNK_ID
 
@@ -92,7 +94,7 @@ def test_heat_maps_and_matrices_for_each_non_empty_line(trained, tmp_path):
     _, vocab, _ = trained
     lines = ["the cat sat", "", "a big red dog ran to the house on the mat"]
     translator = make_translator(trained, beam_size=3)
-    run_stream(translator, "\n".join(lines).encode(), attention_dir=tmp_path / "att")
+    run_stream(translator, "\n".join(lines).encode(), each=attention_files(translator, tmp_path / "att"))
     assert sorted(p.name for p in (tmp_path / "att").iterdir()) == [
         "000000.json",
         "000000.png",

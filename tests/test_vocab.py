@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from seq2seq_attn import cache as cache_module
+from seq2seq_attn.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.config import Config, from_dict
-from seq2seq_attn.data import SPLITS
-from seq2seq_attn.data import cache as cache_module
-from seq2seq_attn.data.cache import build_cache, cache_stats, load_cache
+from seq2seq_attn.constants import SPLITS
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.vocab import UNK_ID, Vocab, build_vocab, vocab_dir
 

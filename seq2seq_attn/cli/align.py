@@ -14,8 +14,7 @@ from ..console import info
 from ..errors import UserError
 from ..evaluate import check_edges, parse_edges
 from ..io import check_writable, write_json, write_text
-from .evaluate import run_default_option
-from .translate import HELP, Device
+from .options import Device, device_option, model_option, run_default_option
 
 
 class GoldFormat(str, Enum):
@@ -41,7 +40,7 @@ def parse_sentences(text: str) -> list[int]:
 
 
 def align_command(
-    model: Path = typer.Option(..., "--model", "-m", help=HELP["model"], show_default=False),
+    model: Path = model_option(),
     src: Path = typer.Option(..., "--src", help="Sources, one sentence per line.", show_default=False),
     ref: Path = typer.Option(
         ...,
@@ -83,7 +82,7 @@ def align_command(
     json_out: Path | None = typer.Option(
         None, "--json", help="Write the scores (and figures) as JSON to this file."
     ),
-    device: Device = typer.Option(Device.auto, "--device", help="auto uses CUDA when available."),
+    device: Device = device_option(),
 ) -> None:
     """Force each reference through a trained model, turn its attention into word links and score them
     against gold alignments: AER, precision and recall (Och & Ney 2003), beside a diagonal baseline."""
@@ -95,8 +94,8 @@ def align_command(
         render_text,
         score_links,
     )
-    from ..checkpoint import load_trained
     from ..device import resolve_device
+    from ..run_dir import load_trained
 
     numbers = parse_sentences(sentences)
     if heatmaps is not None and not numbers:

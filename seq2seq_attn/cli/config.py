@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from ..config import Config, config_markdown, describe_keys, load_config, to_yaml
+from ..config import Config, load_config, to_yaml
+from ..config.reference import config_markdown, describe_keys
 
 CONFIG_ARG = typer.Argument(..., help="Experiment YAML file.", show_default=False)
 SET_OPTION = typer.Option(

@@ -6,18 +6,16 @@ torch is imported inside the commands, so `seq2seq --help` and every other comma
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from pathlib import Path
 
 import typer
 
-from ..config import DecodeConfig, TrainConfig, choices_enum, override
+from ..config import DecodeConfig, choices_enum, override
 from ..console import info
 from ..errors import UserError
-from ..io import atomic_write, check_writable, open_binary
+from ..io import check_writable, open_binary
+from .options import Device, device_option, model_option
 
-Device = choices_enum(TrainConfig, "device")
 Precision = choices_enum(DecodeConfig, "precision")
 Penalty = choices_enum(DecodeConfig, "length_penalty")
 Stopping = choices_enum(DecodeConfig, "stopping")
@@ -45,7 +43,6 @@ OPTIONS = {
 
 
 HELP = {
-    "model": "Run directory (its best checkpoint) or a checkpoint file in a run's checkpoints/ folder.",
     "nbest": "Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text (decode.nbest).",
     "batch_tokens": "Padded source tokens per search batch (decode.batch_tokens).",
     "batch_sentences": "At most this many sentences per search batch, 0: no limit (decode.batch_sentences).",
@@ -73,7 +70,7 @@ def register(app: typer.Typer) -> None:
 
 
 def translate_command(
-    model: Path = typer.Option(..., "--model", "-m", help=HELP["model"], show_default=False),
+    model: Path = model_option(),
     input_path: str = typer.Option(
         "-", "--input", "-i", help="Source text (.gz read directly); - for stdin."
     ),
@@ -82,7 +79,7 @@ def translate_command(
     nbest: int | None = typer.Option(None, "--nbest", help=HELP["nbest"]),
     batch_tokens: int | None = typer.Option(None, "--batch-tokens", help=HELP["batch_tokens"]),
     batch_sentences: int | None = typer.Option(None, "--batch-sentences", help=HELP["batch_sentences"]),
-    device: Device = typer.Option(Device.auto, "--device", help="auto uses CUDA when available."),
+    device: Device = device_option(),
     precision: Precision | None = typer.Option(None, "--precision", help=HELP["precision"]),
     compile_attention: bool | None = typer.Option(None, "--compile/--no-compile", help=HELP["compile"]),
     scores: bool = typer.Option(False, "--scores", help="Write score<TAB>translation (normalised score)."),
@@ -111,9 +108,9 @@ def translate_command(
         open_binary(input_path).close()  # a missing input or output folder fails before loading the model
     if output_path != "-":
         check_writable(output_path)
-    from ..checkpoint import load_trained
     from ..device import resolve_device
-    from ..translate import CHUNK_LINES, Translator, translate_stream
+    from ..run_dir import load_trained
+    from ..translate import Translator, translate_file
 
     target = resolve_device(device.value, "--device")
     network, vocab, config = load_trained(model, target, average=average)
@@ -139,14 +136,12 @@ def translate_command(
     decode = override(config.decode, given, "decode.", OPTIONS)
     translator = Translator(network, vocab, decode, target)
 
-    with contextlib.ExitStack() as stack:
-        stdin = input_path == "-"
-        source = sys.stdin.buffer if stdin else stack.enter_context(open_binary(input_path))
-        sink = (
-            sys.stdout.buffer if output_path == "-" else stack.enter_context(atomic_write(output_path, "wb"))
-        )
-        chunk = 1 if stdin and sys.stdin.isatty() else CHUNK_LINES  # a person typing wants each line at once
-        count = translate_stream(translator, source, sink, scores, attention, chunk)
+    each = None
+    if attention is not None:
+        from ..heatmap import attention_files  # matplotlib is slow to import: only when drawing
+
+        each = attention_files(translator, attention)
+    count = translate_file(translator, input_path, output_path, scores, each)
     info(f"translate: {count} lines")
 
 
@@ -158,7 +153,9 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
-    from ..checkpoint import average_checkpoints, average_latest, save_checkpoint
+    from ..average import average_checkpoints
+    from ..checkpoint import save_checkpoint
+    from ..run_dir import average_latest
 
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
+from ..cache import build_cache, cache_stats
 from ..config import load_config
-from ..data import SIDES, SPLITS
-from ..data.cache import build_cache, cache_stats
+from ..constants import SIDES, SPLITS
 from ..vocab import build_vocab, vocab_dir
 from .config import CONFIG_ARG, SET_OPTION
 

@@ -1,4 +1,1 @@
-"""Parallel corpus: sources, cleaning, the prepared line-aligned splits and their token cache."""
-
-SPLITS = ("train", "valid", "test")  # the corpus splits, in this order everywhere
-SIDES = ("src", "tgt")  # the two languages of a prepared split: <split>.src and <split>.tgt
+"""Parallel corpus: sources, cleaning and the prepared line-aligned splits with their manifest."""

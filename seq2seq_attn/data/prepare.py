@@ -24,10 +24,10 @@ from typing import IO, Any
 from .. import __version__
 from ..config import Config, DataConfig, to_dict
 from ..console import progress
+from ..constants import SIDES, SPLITS
 from ..errors import UserError
 from ..io import atomic_write, sha256_file, sha256_text, write_json
 from ..lock import exclusive
-from . import SIDES, SPLITS
 from .clean import Cleaner
 from .sources import Pair, Source, open_source
 

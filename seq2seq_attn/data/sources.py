@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DataConfig, HuggingFaceConfig, SplitFiles, to_dict
+from ..constants import SPLITS
 from ..errors import UserError
 from ..io import read_lines
-from . import SPLITS
 from .synthetic import generate_split
 
 Pair = tuple[str, str]

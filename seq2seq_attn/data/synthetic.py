@@ -56,8 +56,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..config import SyntheticConfig
+from ..constants import SPLITS
 from ..errors import UserError
-from . import SPLITS
 
 # Sound systems. Source: one consonant + one vowel. Target: an onset made of letters the source never uses
 # (c h j w x y) + a vowel or diphthong, so no target word is ever spelt like a source word, a target word

@@ -14,8 +14,8 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..device import attention_dtype
 from ..errors import UserError
-from ..loss import summed_cross_entropy
 from .attention import ADDITIVE, Attention
+from .cross_entropy import summed_cross_entropy
 from .decoder import DECODERS
 from .encoder import Encoder
 from .states import DecoderState, EncoderOutput

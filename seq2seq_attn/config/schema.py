@@ -1,31 +1,21 @@
-"""The experiment config: one YAML file with sections data, vocab, model, train, decode and eval.
+"""The config schema: one tree of dataclasses with sections data, vocab, model, train, decode and eval.
 
-The schema is a tree of dataclasses. Every key carries its documentation and its allowed range in the
-field metadata, so validation messages, `seq2seq config --keys` and `docs/config.md` all come from one
-place. Validation is strict: an unknown key is an error with a "did you mean" suggestion, and a value of
-the wrong type or out of range names the key path and what was expected.
-
-Paths written in a config file are relative to that file's folder. Output folders left empty default
-to `data/<name>` and `runs/<name>` under the current working directory.
+Every key carries its documentation and its allowed range in the field metadata, so the loader's
+validation messages (`loader.py`), `seq2seq config --keys` and `docs/config.md` (`reference.py`) all come
+from this one place. Output folders left empty default to `data/<name>` and `runs/<name>` under the
+current working directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import enum
-import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
-
-from .data import SPLITS
-from .errors import UserError
-
-T = TypeVar("T")
+from ..constants import SPLITS
+from ..errors import UserError
 
 
 def option(default: Any, doc: str, **rules: Any) -> Any:
@@ -37,6 +27,11 @@ def option(default: Any, doc: str, **rules: Any) -> Any:
 
 def section(cls: type, doc: str) -> Any:
     return dataclasses.field(default_factory=cls, metadata={"doc": doc})
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """The type of each key of section `cls` (a section's type is its dataclass)."""
+    return typing.get_type_hints(cls)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -452,268 +447,3 @@ class Config:
     @property
     def run_dir(self) -> Path:
         return Path(self.train.run_dir) if self.train.run_dir else Path("runs") / self.name
-
-
-# ----------------------------------------------------------------------------------------------------------
-# loading, overriding, validating
-
-
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config, apply `key.path=value` overrides, validate, and resolve relative paths."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: config file not found")
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise UserError(f"{path}{where}: invalid YAML: {problem}") from None
-    except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not valid UTF-8 ({err.reason} at byte {err.start})") from None
-    if raw is None or raw == {}:  # a file not saved yet or cut short, not a wish for every default
-        raise UserError(f"{path}: empty config; a config must set at least `name`")
-    if not isinstance(raw, dict):
-        raise UserError(f"{path}: a config must be a mapping of sections, got {type(raw).__name__}")
-    for item in overrides:
-        apply_override(raw, item)
-    config = from_dict(raw, where=str(path))
-    resolve_paths(config, path.parent)
-    return config
-
-
-def apply_override(raw: dict, item: str) -> None:
-    """Apply one `--set a.b.c=value` to the raw mapping; the value is typed like YAML."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. train.learning_rate=3e-4")
-    parts = key.strip().split(".")
-    node = raw
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise UserError(f"--set {key}: {part!r} is not a section")
-        node = child
-    try:
-        node[parts[-1]] = yaml.safe_load(value)
-    except yaml.YAMLError:
-        node[parts[-1]] = value
-
-
-def from_dict(raw: dict, where: str = "config") -> Config:
-    """Build and validate a Config from a plain mapping (as read from YAML)."""
-    return _build(Config, raw, prefix="", where=where)
-
-
-def _all_keys(cls: type, prefix: str = "") -> list[str]:
-    keys = []
-    for f in dataclasses.fields(cls):
-        path = f"{prefix}{f.name}"
-        keys.append(path)
-        if dataclasses.is_dataclass(_hints(cls)[f.name]):
-            keys.extend(_all_keys(_hints(cls)[f.name], path + "."))
-    return keys
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _suggest(key_path: str) -> str:
-    candidates = _all_keys(Config)
-    leaf = key_path.rsplit(".", 1)[-1]
-    match = difflib.get_close_matches(key_path, candidates, n=1, cutoff=0.6)
-    if not match:  # a key put in the wrong section: match on the leaf name alone
-        by_leaf = {k.rsplit(".", 1)[-1]: k for k in candidates}
-        leaf_match = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
-        match = [by_leaf[leaf_match[0]]] if leaf_match else []
-    return f" (did you mean `{match[0]}`?)" if match else ""
-
-
-def _build(cls: type, raw: Any, prefix: str, where: str) -> Any:
-    label = prefix.rstrip(".") or "top level"
-    if not isinstance(raw, dict):
-        raise UserError(f"{where}: {label}: expected a mapping of keys, got {_kind(raw)}")
-    hints = _hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    for key in raw:
-        if key not in names:
-            raise UserError(f"{where}: unknown key `{prefix}{key}`{_suggest(prefix + str(key))}")
-    values = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in raw:
-            continue
-        path = prefix + f.name
-        if dataclasses.is_dataclass(hints[f.name]):
-            values[f.name] = _build(hints[f.name], raw[f.name] or {}, path + ".", where)
-        else:
-            values[f.name] = _check_value(raw[f.name], hints[f.name], f.metadata, path, where)
-    built = cls(**values)
-    if hasattr(built, "check"):
-        built.check(where)
-    return built
-
-
-def override(section: T, changes: dict[str, Any], prefix: str, options: dict[str, str]) -> T:
-    """A copy of config section `section` (e.g. `config.decode`, prefix "decode.") with the changes that
-    are not None applied, each checked as a value read from a config file; `options` names the
-    command-line option of each key for the error message."""
-    hints, fields = _hints(type(section)), {f.name: f for f in dataclasses.fields(section)}
-    given = {key: value for key, value in changes.items() if value is not None}
-    checked = {
-        key: _check_value(value, hints[key], fields[key].metadata, prefix + key, options[key])
-        for key, value in given.items()
-    }
-    result = dataclasses.replace(section, **checked)
-    if hasattr(result, "check"):
-        result.check(", ".join(options[key] for key in given) or "config")
-    return result
-
-
-def choices_enum(cls: type, key: str) -> type[enum.Enum]:
-    """The schema's choices for key `key` of section `cls` as a str Enum, the type a typer option needs."""
-    (field,) = [f for f in dataclasses.fields(cls) if f.name == key]
-    choices = {choice: choice for choice in field.metadata["choices"]}
-    return enum.Enum(f"{cls.__name__}.{key}", choices, type=str)
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _check_value(value: Any, hint: Any, rules: dict, path: str, where: str) -> Any:
-    def fail(expected: str) -> typing.NoReturn:
-        raise UserError(f"{where}: `{path}` must be {expected}, got {value!r}")
-
-    origin = typing.get_origin(hint)
-    if origin in (list, types.GenericAlias) or hint is list:
-        if not isinstance(value, list):
-            fail(f"a list of {typing.get_args(hint)[0].__name__}")
-        item_type = typing.get_args(hint)[0]
-        items = [_check_scalar(v, item_type, fail) for v in value]
-        if "length" in rules and len(items) != rules["length"]:
-            fail(f"a list of {rules['length']} numbers")
-        if "items" in rules and any(v not in rules["items"] for v in items):
-            fail(f"a list drawn from {rules['items']}")
-        return items
-    value = _check_scalar(value, hint, fail)
-    if "choices" in rules and value not in rules["choices"]:
-        fail("one of " + ", ".join(repr(c) for c in rules["choices"]))
-    _check_range(value, rules, fail)
-    return value
-
-
-def _check_scalar(value: Any, hint: Any, fail: Any) -> Any:
-    if hint is bool:
-        if not isinstance(value, bool):
-            fail("true or false")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            fail("an integer")
-        return value
-    if hint is float:
-        if isinstance(value, str):  # YAML reads "1e-3" (no dot) as a string
-            try:
-                value = float(value)
-            except ValueError:
-                fail("a number")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            fail("a number")
-        return float(value)
-    if hint is str:
-        if value is None:
-            return ""
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
-            fail("a string")
-        return str(value)
-    raise TypeError(f"unsupported config type {hint}")
-
-
-_BOUNDS = {
-    "ge": (">=", lambda v, b: v >= b),
-    "gt": (">", lambda v, b: v > b),
-    "le": ("<=", lambda v, b: v <= b),
-    "lt": ("<", lambda v, b: v < b),
-}
-
-
-def _check_range(value: Any, rules: dict, fail: Any) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return
-    bounds = [(name, rules[name]) for name in _BOUNDS if name in rules]
-    if not all(_BOUNDS[name][1](value, bound) for name, bound in bounds):
-        fail("a number " + " and ".join(f"{_BOUNDS[name][0]} {bound}" for name, bound in bounds))
-
-
-def resolve_paths(config: Any, base: Path) -> None:
-    """Make every non-empty path key absolute, relative to the config file's folder."""
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if dataclasses.is_dataclass(value):
-            resolve_paths(value, base)
-        elif f.metadata.get("path") and value:
-            path = Path(value).expanduser()
-            setattr(config, f.name, str(path if path.is_absolute() else (base / path).resolve()))
-
-
-def to_dict(config: Any) -> dict:
-    return dataclasses.asdict(config)
-
-
-def to_yaml(config: Any) -> str:
-    return yaml.safe_dump(to_dict(config), sort_keys=False, allow_unicode=True)
-
-
-def describe_keys(cls: type = Config, prefix: str = "") -> list[tuple[str, str, str, str]]:
-    """(key path, type, default, documentation) for every key, depth-first in schema order."""
-    rows = []
-    hints = _hints(cls)
-    for f in dataclasses.fields(cls):
-        path = prefix + f.name
-        hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            rows.append((path, "section", "", f.metadata.get("doc", "")))
-            rows.extend(describe_keys(hint, path + "."))
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        doc = f.metadata.get("doc", "")
-        if "choices" in f.metadata:
-            doc += " One of: " + ", ".join(f"`{c}`" for c in f.metadata["choices"]) + "."
-        rows.append(
-            (
-                path,
-                _type_name(hint),
-                yaml.safe_dump(default, default_flow_style=True).strip().removesuffix("...").strip(),
-                doc,
-            )
-        )
-    return rows
-
-
-def _type_name(hint: Any) -> str:
-    if typing.get_origin(hint) is list:
-        return f"list[{typing.get_args(hint)[0].__name__}]"
-    return hint.__name__
-
-
-def config_markdown() -> str:
-    """docs/config.md, generated from the schema (a test keeps the committed file in sync)."""
-    lines = [
-        "# Config reference",
-        "",
-        "Generated from `seq2seq_attn/config.py` by `seq2seq config --keys --format markdown`; do not edit.",
-        "",
-        "Paths are relative to the config file's folder. Override any key from the command line with",
-        "`--set section.key=value` (typed like YAML), e.g. `--set train.learning_rate=3e-4`.",
-        "",
-        "| key | type | default | meaning |",
-        "|---|---|---|---|",
-    ]
-    for key, kind, default, doc in describe_keys():
-        if kind == "section":
-            lines.append(f"| **`{key}`** | section | | {doc} |")
-        else:
-            lines.append(f"| `{key}` | {kind} | `{default}` | {doc} |")
-    return "\n".join(lines) + "\n"

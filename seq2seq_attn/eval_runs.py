@@ -1,0 +1,209 @@
+"""`seq2seq eval` around the scoring: trained runs as systems, the options they imply, the report files.
+
+`evaluate.py` scores hypotheses. This module brings trained runs in (it translates the sources with each
+run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller leaves unset
+from those runs' configs, and writes what the report becomes: the table in a file, the length curve and
+the self-contained HTML page with heat maps of how the runs attend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import Config, EvalConfig, override
+from .console import info
+from .errors import UserError
+from .evaluate import System, comparison_pairs, differing_examples, evaluate, read_text, shortlist_subset
+from .io import read_json, write_text
+from .report import render
+
+if TYPE_CHECKING:
+    import torch
+
+    from .translate import Translator
+    from .vocab import Vocab
+
+EVAL_KEYS = ("buckets", "bucket_by", "bootstrap", "seed", "min_bucket_size", "significance")  # per call
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}  # report format by file extension
+HTML_HEATMAPS = 3  # attention heat maps per trained run in the HTML report
+
+
+@dataclass(frozen=True)
+class TranslatedRun:
+    """A trained run as a system, with what scored and drew it: the run's translator and config."""
+
+    system: System
+    translator: Translator
+    config: Config
+
+    @property
+    def vocab(self) -> Vocab:
+        return self.translator.vocab
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A report with the texts behind it (for the HTML page's examples and heat maps)."""
+
+    report: dict[str, Any]
+    systems: list[System]
+    references: list[str]
+    sources: list[str] | None
+    translated: list[TranslatedRun]
+
+
+def default_run_label(run: Path) -> str:
+    """A run's name, or `<run>-<checkpoint>` for a checkpoint file."""
+    return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
+
+
+def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) -> Path:
+    """Where a run's translation of `sources` is kept: in `keep_in`, else in the run folder."""
+    folder = keep_in if keep_in is not None else (run if run.is_dir() else run.parent.parent)
+    return folder / f"{sources.stem}.{label}.hyp"
+
+
+def translate_run(
+    run: Path, label: str, sources: list[str], hyp_path: Path, device: torch.device
+) -> TranslatedRun:
+    """Translate `sources` with a trained run's own decode settings and keep the hypotheses file."""
+    from .run_dir import load_trained
+    from .translate import Translator
+
+    network, vocab, config = load_trained(run, device)
+    translator = Translator(network, vocab, config.decode, device)
+    hypotheses = [t.texts[0] if t.texts else "" for t in translator.translate(sources)]
+    write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
+    info(f"eval: translated {len(sources)} lines with {run} -> {hyp_path}")
+    return TranslatedRun(System(label, hypotheses, str(hyp_path)), translator, config)
+
+
+def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: dict[str, str]) -> EvalConfig:
+    """The `eval` section the runs were configured with (the schema's defaults without runs). Runs that
+    differ in a key that `given` leaves None leave no single answer: an error names the key and how to
+    set it (`names[key]`, e.g. the command-line option)."""
+    if not configs:
+        return EvalConfig()
+    first = configs[0].eval
+    for other in configs[1:]:
+        for key in EVAL_KEYS:
+            if given[key] is None and getattr(other.eval, key) != getattr(first, key):
+                values = f"{getattr(first, key)} vs {getattr(other.eval, key)}"
+                raise UserError(f"the trained runs differ in eval.{key} ({values}): give {names[key]}")
+    return first
+
+
+def evaluate_runs(
+    systems: list[System],
+    references_path: Path,
+    sources_path: Path | None,
+    runs: Sequence[tuple[Path, str]],
+    given: dict[str, Any],
+    names: dict[str, str],
+    *,
+    by_length: bool = False,
+    baseline: str | None = None,
+    moses_lang: str | None = None,
+    keep_in: Path | None = None,
+) -> Evaluation:
+    """Score `systems` and the trained `runs` ((run, label) pairs) against the references.
+
+    Each run translates the sources (kept as `hypotheses_path`). The `eval` keys in `given` that are not
+    None override the runs' eval section (`runs_eval_section`); `names` says how a user sets each key,
+    for error messages. A run with a word vocabulary (a shortlist) adds the sentences free of unknown
+    words as their own rows ("no UNK", Bahdanau et al. 2014, Table 1).
+    """
+    from .device import resolve_device
+
+    references = read_text(references_path)
+    sources = read_text(sources_path) if sources_path is not None else None
+    comparison_pairs([system.label for system in systems] + [label for _, label in runs], baseline)
+    if runs and (sources is None or sources_path is None):
+        raise UserError("a trained run translates the sources: give the source file")
+    translated = []
+    if runs:
+        device = resolve_device("auto", "the device")
+        for run, label in runs:
+            path = hypotheses_path(run, label, sources_path, keep_in)
+            translated.append(translate_run(run, label, sources, path, device))
+    systems = [*systems, *(run.system for run in translated)]
+    section = runs_eval_section([run.config for run in translated], given, names)
+    config = override(section, given, "eval.", names)
+    # (label, vocabulary) of the word-vocabulary runs: their shortlists define the "no UNK" sentences
+    shortlists = [(run.system.label, run.vocab) for run in translated if run.vocab.model_type == "word"]
+    report = evaluate(
+        systems,
+        references,
+        sources,
+        by_length=by_length,
+        config=config,
+        references_path=str(references_path),
+        sources_path=str(sources_path) if sources_path is not None else "",
+        subsets=[shortlist_subset(shortlists, sources, references)] if shortlists else [],
+        moses_lang=moses_lang,
+        baseline=baseline,
+    )
+    return Evaluation(report, systems, references, sources, translated)
+
+
+def write_report(report: dict[str, Any], fmt: str | None, output: Path | None, plot: Path | None) -> str:
+    """Save the report to `output` (format `fmt`, else by its extension) and draw the curve to `plot`;
+    returns what to show: the report itself without `output`, else its text table."""
+    fmt = fmt or (SUFFIX_FORMATS.get(output.suffix.lower(), "text") if output else "text")
+    shown = render(report, fmt)
+    if output is not None:
+        write_text(output, shown)
+        shown = render(report, "text")
+        info(f"wrote {output}")
+    if plot is not None:
+        from .plots import save_curve  # matplotlib is slow to import: only when drawing
+
+        save_curve(report, plot)
+        info(f"wrote {plot}")
+    return shown
+
+
+def read_alignment(path: Path) -> dict[str, Any]:
+    """The AER section that `seq2seq align --json` wrote, checked enough to render (align.py)."""
+    section = read_json(path)
+    if not isinstance(section, dict) or not {"method", "overall", "by_length"} <= section.keys():
+        raise UserError(f"{path}: not the JSON of `seq2seq align --json` (method, overall, by_length)")
+    return section
+
+
+def attention_heatmaps(run: TranslatedRun, sources: list[str]) -> list[dict[str, str]]:
+    """[{"title", "svg"}] of a few sources spread over lengths, as the run attends while translating them."""
+    from .heatmap import attention_figure, pick_by_length
+    from .plots import svg_text
+
+    lines = pick_by_length(sources, HTML_HEATMAPS)
+    run.translator.with_attention = True
+    heatmaps = []
+    for line, translation in zip(lines, run.translator.translate([sources[i] for i in lines]), strict=True):
+        found = run.translator.attention(translation)
+        if found is not None:
+            title = f"{run.system.label}, line {line + 1} ({len(sources[line].split())} words)"
+            heatmaps.append({"title": title, "svg": svg_text(attention_figure(*found))})
+    return heatmaps
+
+
+def write_html(path: Path, evaluation: Evaluation, alignment: dict[str, Any] | None = None) -> None:
+    """The self-contained HTML report (see `html_report`); heat maps of the trained runs with attention."""
+    from .html_report import render_html
+    from .plots import curve_figure, svg_text  # matplotlib is slow to import: only when drawing
+
+    report = evaluation.report
+    curve = svg_text(curve_figure(report)) if report["buckets"] else ""
+    heatmaps = [
+        heatmap
+        for run in evaluation.translated
+        if run.config.model.attention != "none"
+        for heatmap in attention_heatmaps(run, evaluation.sources or [])
+    ]
+    examples = differing_examples(report, evaluation.systems, evaluation.references, evaluation.sources)
+    page = render_html(report, curve_svg=curve, examples=examples, heatmaps=heatmaps, alignment=alignment)
+    write_text(path, page)
+    info(f"wrote {path}")

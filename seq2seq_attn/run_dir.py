@@ -1,0 +1,152 @@
+"""The run folder: where a training run keeps its checkpoints, and loading a trained model from it.
+
+Layout (`runs/<name>/`):
+    config.yaml            the fully resolved config the run was started with
+    vocab/                 copies of the sentencepiece models (the run is self-contained)
+    checkpoints/step-N.pt  best-K checkpoints by the validation metric, plus `latest.pt`
+    checkpoints/best.pt    a symbolic link to the best one
+    metrics.jsonl          every logged value, one JSON object per line
+    train.log              the log lines
+
+`--model` (and `load_trained`) names either a run folder, meaning its `best.pt` (else `latest.pt`), or a
+checkpoint file inside a run's `checkpoints/`. Readers take no lock: a training run may prune a step-N.pt
+while we list the folder, so averaging lists it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import console
+from .average import average_checkpoints
+from .checkpoint import CheckpointNotFound, load_checkpoint, save_checkpoint
+from .config import from_dict
+from .errors import UserError
+from .io import TEMP_SUFFIX, fsync_dir
+from .model import build_model
+from .vocab import Vocab
+
+CHECKPOINT_DIR = "checkpoints"
+LATEST = "latest.pt"
+BEST = "best.pt"
+RELIST_ATTEMPTS = 5  # listings of a run's checkpoints, when a training run prunes one while we load it
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def resolve_checkpoint(path: str | Path, which: str = BEST) -> Path:
+    """A checkpoint file given a run directory (its `best.pt`, else `latest.pt`) or a file."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise UserError(f"{path}: no such run directory or checkpoint")
+    folder = checkpoint_dir(path)
+    for name in (which, LATEST):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    raise UserError(f"{path}: run directory has no checkpoint (expected {folder}/{which} or {LATEST})")
+
+
+def point_best(folder: Path, target: Path) -> None:
+    """Atomically make `best.pt` a relative symbolic link to `target`."""
+    tmp = folder / f".{BEST}.link{TEMP_SUFFIX}"  # (a stale one is removed when training restarts)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(target.name, tmp)
+    os.replace(tmp, folder / BEST)
+    fsync_dir(folder)
+
+
+def run_dir_of(checkpoint: Path) -> Path:
+    """`runs/x/checkpoints/step-N.pt` -> `runs/x`."""
+    return checkpoint.resolve().parent.parent
+
+
+def latest_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
+    """The `k` most recent `step-N.pt` checkpoints of a run (training keeps the best `train.keep_best`)."""
+    if not Path(run_dir).is_dir():
+        raise UserError(f"{run_dir}: no such run directory")
+    folder = checkpoint_dir(run_dir)
+    by_step = {
+        int(p.stem.removeprefix("step-")): p
+        for p in folder.glob("step-*.pt")
+        if p.stem.removeprefix("step-").isdigit()
+    }
+    if k < 1 or len(by_step) < k:
+        raise UserError(
+            f"{folder}: cannot average the last {k} checkpoints, the run has {len(by_step)} step-N.pt files"
+        )
+    return [by_step[step] for step in sorted(by_step)[-k:]]
+
+
+def average_latest(run_dir: str | Path, k: int) -> tuple[dict[str, Any], list[Path]]:
+    """A run's `k` most recent `step-N.pt` checkpoints averaged (`average_checkpoints`), and their paths.
+
+    A run still training may remove one of them (best-K pruning) between our listing and our loading
+    it; then we list again.
+    """
+    attempts = RELIST_ATTEMPTS
+    while True:
+        paths = latest_checkpoints(run_dir, k)
+        try:
+            return average_checkpoints(paths), paths
+        except CheckpointNotFound:
+            attempts -= 1
+            if not attempts:
+                raise
+
+
+def load_trained(path: str | Path, device: str | torch.device = "cpu", which: str = BEST, average: int = 0):
+    """Rebuild a trained model for inference from a run directory or a checkpoint file.
+
+    Returns (model in eval mode on `device`, vocabulary, config). The vocabulary is the run's own copy
+    (`<run>/vocab`), and its fingerprint must match the one the checkpoint was trained with. With
+    `average` K > 0 the weights are the mean of the run's last K step-N.pt checkpoints, the checkpoint
+    `seq2seq average RUN --last K` writes.
+    """
+    file = resolve_checkpoint(path, which)
+    if average:
+        payload, _ = average_latest(run_dir_of(file), average)
+        console.info(f"averaged {', '.join(payload['averaged_from'])}")
+    else:
+        payload = load_checkpoint(file)
+    config = from_dict(payload["config"], where=f"{file} (config)")
+    vocab_dir = run_dir_of(file) / "vocab"
+    if not vocab_dir.is_dir():
+        raise UserError(f"{file}: the run's vocabulary folder {vocab_dir} is missing")
+    vocab = Vocab.load(vocab_dir)
+    if payload.get("vocab_fingerprint") not in (None, vocab.fingerprint()):
+        raise UserError(f"{file}: checkpoint was trained with a different vocabulary than {vocab_dir}")
+    model = build_model(config.model, vocab.src_size, vocab.tgt_size)
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as err:
+        first = " ".join(str(err).split())[:200]
+        raise UserError(
+            f"{file}: checkpoint does not fit the model described by its config ({first})"
+        ) from None
+    return model.to(device).eval(), vocab, config
+
+
+def save_validated(
+    folder: Path, payload: dict[str, Any], kept: list[dict], entered: bool, dropped: list[int]
+) -> None:
+    """Write a validated step: its `step-N.pt` when it `entered` the best-K `kept`, `best.pt` pointing to
+    the best of them, `latest.pt`, and only then remove the `dropped` steps' files (latest.pt no longer
+    lists them)."""
+    step = payload["step"]
+    if entered:
+        save_checkpoint(folder / f"step-{step}.pt", payload)
+        point_best(folder, folder / f"step-{kept[0]['step']}.pt")
+    save_checkpoint(folder / LATEST, payload)
+    for old in dropped:
+        (folder / f"step-{old}.pt").unlink(missing_ok=True)

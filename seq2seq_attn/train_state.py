@@ -1,0 +1,173 @@
+"""The training state: what a training checkpoint holds, and resuming from it.
+
+A training checkpoint holds everything the next update depends on: weights, optimiser, schedule, the RNG
+states and data position of every rank, the counters in `Progress`, the resolved config and the
+vocabulary's fingerprint. So a run killed at any point and resumed reaches step N with the same parameters
+as an uninterrupted run (CPU, same thread count). It is written as any checkpoint is (checkpoint.py), into
+the run folder (run_dir.py).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .batching import BatchStream
+from .checkpoint import load_checkpoint
+from .config import Config, to_dict
+from .distributed import Ranks
+from .errors import UserError
+from .metrics import improves, rank_value
+from .optim import Schedule
+from .run_dir import LATEST, checkpoint_dir
+
+FORMAT = 1
+RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means
+
+
+@dataclass
+class Progress:
+    """Counters that survive a resume."""
+
+    step: int = 0
+    elapsed: float = 0.0  # training seconds before this process started
+    history: list[dict[str, Any]] = field(default_factory=list)  # one dict per validation
+    kept: list[dict[str, Any]] = field(default_factory=list)  # best-K: {"step", "metric"}, best first
+    bad_validations: int = 0
+    skipped_updates: int = 0
+
+    def validated(self, result: dict[str, float], metric: str, keep: int) -> tuple[bool, list[int]]:
+        """Record the validation `result` of this step, judged by `metric`, and rank it among the best `keep`.
+
+        Returns whether this step entered the best `keep` and the steps that fell out of them.
+        """
+        previous = [entry[metric] for entry in self.history]
+        best = min(previous, key=lambda value: rank_value(metric, value), default=None)
+        self.bad_validations = 0 if improves(metric, result[metric], best) else self.bad_validations + 1
+        self.history.append({"step": self.step, **result})
+        candidate = {"step": self.step, "metric": result[metric]}
+        ranked = sorted(self.kept + [candidate], key=lambda k: (rank_value(metric, k["metric"]), k["step"]))
+        survivors = ranked[:keep]
+        dropped = [k["step"] for k in self.kept if k not in survivors]
+        self.kept = survivors
+        return candidate in survivors, dropped
+
+
+def resume_point(config: Config, vocab_fingerprint: str, required: bool) -> dict[str, Any] | None:
+    """The run's `latest.pt`, checked to fit `config` and the vocabulary; None when the run is new."""
+    latest = checkpoint_dir(config.run_dir) / LATEST
+    if latest.is_file():
+        state = load_checkpoint(latest)
+        _check_resumable(state, config, vocab_fingerprint, latest)
+        return state
+    if required:
+        raise UserError(f"{config.run_dir}: --resume given but the run has no checkpoint ({latest})")
+    return None
+
+
+def _check_resumable(state: dict[str, Any], config: Config, vocab_fingerprint: str, path: Path) -> None:
+    if state.get("vocab_fingerprint") != vocab_fingerprint:
+        raise UserError(
+            f"{path}: cannot resume: the vocabulary changed since this checkpoint was written "
+            "(train into a new run directory)"
+        )
+    old = _flatten({k: state["config"][k] for k in RESUME_CRITICAL})
+    new = _flatten({k: to_dict(config)[k] for k in RESUME_CRITICAL})
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    if changed:
+        first = changed[0]
+        more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+        raise UserError(
+            f"{path}: cannot resume: config changed: {first} was {old.get(first)!r}, now "
+            f"{new.get(first)!r}{more} (train into a new run directory)"
+        )
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, numpy's, torch's and CUDA's generators, as plain data and tensors."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [kind, keys.tolist(), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def gather_rank_states(ranks: Ranks, stream: BatchStream) -> dict[str, list]:
+    """Every rank's RNG state and data position, in rank order (a collective under DDP)."""
+    return {"rng": ranks.gather(rng_state()), "data": ranks.gather(stream.state_dict())}
+
+
+def training_state(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Schedule,
+    rank_states: dict[str, list],
+    progress: Progress,
+    elapsed: float,
+    config: Config,
+    vocab_fingerprint: str,
+) -> dict[str, Any]:
+    """The checkpoint of a training run after `elapsed` seconds of training."""
+    return {
+        "format": FORMAT,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "schedule": schedule.state_dict(),
+        **rank_states,
+        "progress": {**vars(progress), "elapsed": elapsed},
+        "step": progress.step,
+        "config": to_dict(config),
+        "vocab_fingerprint": vocab_fingerprint,
+    }
+
+
+def restore(
+    state: dict[str, Any],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    schedule: Schedule,
+    stream: BatchStream,
+    ranks: Ranks,
+) -> Progress:
+    """Put this rank back where `state` was written; returns the run's counters."""
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    if len(state["data"]) != ranks.world_size:
+        raise UserError(f"cannot resume a run of {len(state['data'])} processes with {ranks.world_size}")
+    stream.load_state_dict(state["data"][ranks.rank])
+    set_rng_state(state["rng"][ranks.rank])
+    return Progress(**state["progress"])
