@@ -23,14 +23,18 @@ def plot_curve(
     reports: list[Path] = typer.Argument(
         ..., help="JSON reports saved by `seq2seq eval --by-length --output X.json`.", show_default=False
     ),
-    output: Path = typer.Option(
-        ..., "--output", "-o", help="Image file: .png, .pdf or .svg.", show_default=False
+    output: Path | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Image file (.png, .pdf, .svg); default curve.png beside the first report.",
     ),
 ) -> None:
     """Redraw BLEU by sentence length from saved reports; several reports share one figure (same buckets)."""
     merged = merge_reports([(str(path), read_json(path)) for path in reports])
     from ..plots import save_curve  # matplotlib is slow to import: only when drawing
 
+    output = output or reports[0].parent / "curve.png"
     save_curve(merged, output)
     info(f"wrote {output}")
 
