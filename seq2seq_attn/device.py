@@ -13,7 +13,7 @@ from .console import warn
 from .errors import UserError
 
 # CPU instructions that multiply bf16 natively; without them bf16 products are emulated, many times slower
-# than fp32 (docs/performance.md: over 10x for a training update on an AMD EPYC with AVX2 only).
+# than fp32 (docs/performance.md).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 CPUINFO = Path("/proc/cpuinfo")
 

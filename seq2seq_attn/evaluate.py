@@ -406,25 +406,7 @@ def evaluate(
 
     scorers = Scorers(references, moses_lang)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
-    rows: list[list[dict[str, Any]]] = [[] for _ in systems]
-    comparisons: list[list[dict[str, Any]]] = [[] for _ in pairs]
-    for subset_number, subset in enumerate([every, *subsets]):
-        for number, (label, members) in enumerate(groups(subset, buckets, labels)):
-            seed = (config.seed, subset_number, number)
-            bleu_stats = [system_stats["bleu"][members] for system_stats in stats]  # each (members, 10)
-            resampled = None
-            if config.bootstrap and len(members):
-                resampled = bootstrap_bleu(bleu_stats, config.bootstrap, seed)
-            group_rows = []
-            for i, system_stats in enumerate(stats):
-                interval = percentile_interval(resampled[i]) if resampled else (None, None)
-                sliced = {name: values[members] for name, values in system_stats.items()}
-                group_rows.append(
-                    score_row(subset.name, label, scorers, sliced, interval, config.min_bucket_size)
-                )
-                rows[i].append(group_rows[-1])
-            for k, row in enumerate(compare(pairs, group_rows, bleu_stats, resampled, config, seed)):
-                comparisons[k].append(row)
+    rows, comparisons = score_groups(stats, [every, *subsets], buckets, labels, pairs, scorers, config)
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -455,6 +437,39 @@ def evaluate(
             for (i, j), compared in zip(pairs, comparisons, strict=True)
         ],
     }
+
+
+def score_groups(
+    stats: list[dict[str, np.ndarray]],
+    subsets: Sequence[Subset],
+    buckets: np.ndarray | None,
+    labels: Sequence[str],
+    pairs: list[tuple[int, int]],
+    scorers: Scorers,
+    config: EvalConfig,
+) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
+    """The score rows of each system and the rows of each compared pair, for every group (all sentences,
+    then each bucket) of every subset; each group draws its own seeded, paired resamples (see top)."""
+    rows: list[list[dict[str, Any]]] = [[] for _ in stats]
+    comparisons: list[list[dict[str, Any]]] = [[] for _ in pairs]
+    for subset_number, subset in enumerate(subsets):
+        for number, (label, members) in enumerate(groups(subset, buckets, labels)):
+            seed = (config.seed, subset_number, number)
+            bleu_stats = [system_stats["bleu"][members] for system_stats in stats]  # each (members, 10)
+            resampled = None
+            if config.bootstrap and len(members):
+                resampled = bootstrap_bleu(bleu_stats, config.bootstrap, seed)
+            group_rows = []
+            for i, system_stats in enumerate(stats):
+                interval = percentile_interval(resampled[i]) if resampled else (None, None)
+                sliced = {name: values[members] for name, values in system_stats.items()}
+                group_rows.append(
+                    score_row(subset.name, label, scorers, sliced, interval, config.min_bucket_size)
+                )
+                rows[i].append(group_rows[-1])
+            for k, row in enumerate(compare(pairs, group_rows, bleu_stats, resampled, config, seed)):
+                comparisons[k].append(row)
+    return rows, comparisons
 
 
 # ----------------------------------------------------------------------------------------------------------

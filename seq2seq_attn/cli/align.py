@@ -39,6 +39,7 @@ def parse_sentences(text: str) -> list[int]:
         raise UserError(f"--sentences {text!r}: expected comma-separated line numbers, e.g. 1,5,9") from None
 
 
+# Long only by its typer option declarations; the body parses, calls and prints.
 def align_command(
     model: Path = model_option(),
     src: Path = typer.Option(..., "--src", help="Sources, one sentence per line.", show_default=False),

@@ -40,6 +40,7 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
 
 
+# Long only by its typer option declarations; the body parses, calls and prints.
 def eval_command(
     hyp: list[Path] = typer.Option(
         [], "--hyp", help="System output, one detokenised sentence per line; repeat for several systems."

@@ -258,8 +258,9 @@ class TrainConfig:
     compile: bool = option(
         False,
         "Run the additive attention's per-step work (and its gradient) through torch.compile: "
-        "RNNsearch updates 10-15% faster on a CPU (docs/performance.md), after seconds of compiling; needs a "
-        "C++ compiler (Triton on a GPU). Validation's search uses it too.",
+        "faster updates after seconds of compiling, by how much depends on the machine "
+        "(docs/performance.md); "
+        "needs a C++ compiler (Triton on a GPU). Validation's search uses it too.",
     )
     batch_type: str = option(
         "tokens",
@@ -376,7 +377,7 @@ class DecodeConfig:
     compile: bool = option(
         False,
         "Run the additive attention's per-step work through torch.compile in `translate` and `eval` "
-        "beam search (see train.compile): 8-25% faster on a CPU after ~4 s of compiling; greedy search "
+        "beam search (see train.compile): faster on long inputs after seconds of compiling; greedy search "
         "gains nothing and never compiles.",
     )
     replace_unk: bool = option(False, "Replace <unk> by the most attended source word (word vocabularies).")

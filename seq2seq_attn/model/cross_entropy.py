@@ -17,9 +17,9 @@ from ..vocab import PAD_ID
 
 # Logits per chunk of `summed_cross_entropy`, by device type. On a CPU the whole (tokens x vocab) block
 # (2,560 x 4,000 fp32 = 41 MB for a batch of 64 x 40) and each of its copies (fp32 cast, softmax, gradients)
-# is a fresh allocation far bigger than the caches; chunks of about 2^20 logits make the output layer and
-# the loss, forward and backward, 3-4x faster on 2 cores (docs/performance.md). A GPU wants few large kernels:
-# there a chunk only bounds the memory of one block.
+# is a fresh allocation far bigger than the caches; chunks of about 2^20 logits (4 MB) make the output layer
+# and the loss, forward and backward, several times faster. A GPU wants few large kernels: there a chunk
+# only bounds the memory of one block.
 CHUNK_LOGITS = {"cpu": 2**20}
 DEFAULT_CHUNK_LOGITS = 2**26
 

@@ -6,8 +6,8 @@ start at each sentence's own last word. Rather than packing the batch, each laye
 direction over the padded batch, the backward one over every sentence reversed within its length: padding
 then only ever follows the real words, in both directions, and its outputs are set to zero afterwards.
 Why not `pack_padded_sequence`: on a CPU the packed RNN's backward pass accumulates a full-size gradient
-at every time step, and PyTorch runs its oneDNN RNN kernels only on padded input; unpacked, the forward +
-backward took 70 -> 50 ms in bf16 and 106 -> 88 ms in fp32 (batch 64 x 40, docs/performance.md).
+at every time step, and PyTorch runs its oneDNN RNN kernels only on padded input, so the unpacked forward +
+backward is the faster one (measure with `python -m benchmarks.bench_step`).
 """
 
 from __future__ import annotations
