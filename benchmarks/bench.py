@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
         log_every=args.log_every,
         max_steps=args.max_steps,
         budget_s=args.budget * 60,
-        attention=load_config(args.config, args.overrides).model.attention,
+        attention=load_config(args.config, args.overrides, "--set").model.attention,
         opennmt_hidden=args.opennmt_hidden,
         decode_steps=args.decode_steps,
     )

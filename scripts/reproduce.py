@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--criteria", action="store_true", help="check the paper's length criteria (demo)")
     args = parser.parse_args()
 
-    labels = args.label or [load_config(path, args.overrides).name for path in args.configs]
+    labels = args.label or [load_config(path, args.overrides, "--set").name for path in args.configs]
     if len(labels) != len(args.configs):
         sys.exit(f"reproduce: {len(labels)} --label for {len(args.configs)} configs")
     # per-system overrides: everything from --set, plus the run folder when --runs is given
@@ -58,7 +58,7 @@ def main() -> None:
         args.overrides + ([f"train.run_dir={(args.runs / label).resolve()}"] if args.runs else [])
         for label in labels
     ]
-    configs = [load_config(path, sets) for path, sets in zip(args.configs, system_sets, strict=True)]
+    configs = [load_config(path, sets, "--set") for path, sets in zip(args.configs, system_sets, strict=True)]
     args.out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
 

@@ -157,7 +157,7 @@ def read_gold(
     elif fmt == "naacl":
         links = naacl_links(path, lines)
     else:
-        raise UserError(f"--gold-format {fmt!r}: expected one of {', '.join(GOLD_FORMATS)}")
+        raise UserError(f"gold alignment format {fmt!r}: expected one of {', '.join(GOLD_FORMATS)}")
     sure: list[set[Link]] = [set() for _ in shapes]
     possible: list[set[Link]] = [set() for _ in shapes]
     for link in links:
@@ -288,7 +288,7 @@ def predict_links(scores: np.ndarray, method: str, threshold: float = DEFAULT_TH
         return {(int(scores[j].argmax()), int(j)) for j in attended}
     if method == "threshold":
         return {(int(i), int(j)) for j, i in zip(*np.nonzero(scores >= threshold), strict=True)}
-    raise UserError(f"--method {method!r}: expected one of {', '.join(METHODS)}")
+    raise UserError(f"alignment method {method!r}: expected one of {', '.join(METHODS)}")
 
 
 def link_counts(predicted: set[Link], gold: GoldLinks) -> np.ndarray:
@@ -364,7 +364,7 @@ def figure_svg(figure) -> str:
 def check_sentences(sentences: Sequence[int], count: int) -> list[int]:
     for number in sentences:
         if not 1 <= number <= count:
-            raise UserError(f"--sentences {number}: sentences count from 1 to {count}")
+            raise UserError(f"sentence {number} to draw: sentences count from 1 to {count}")
     return list(sentences)
 
 

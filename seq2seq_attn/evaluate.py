@@ -87,20 +87,18 @@ def default_label(path: str | Path) -> str:
 def load_systems(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[System]:
     """Read hypothesis files; labels pair with paths in order and default to the file stems."""
     if labels and len(labels) != len(paths):
-        raise UserError(
-            f"{len(labels)} --label for {len(paths)} --hyp: give one label per hypothesis file, or none"
-        )
+        raise UserError(f"{len(labels)} labels for {len(paths)} hypothesis files: one each, or none")
     labels = list(labels) or [default_label(path) for path in paths]
     return [System(label, read_text(path), str(path)) for label, path in zip(labels, paths, strict=True)]
 
 
-def parse_edges(text: str) -> list[int]:
-    """'0,10,20' -> [0, 10, 20] (then validated by `check_edges`)."""
+def parse_edges(text: str, option: str = "eval.buckets") -> list[int]:
+    """'0,10,20' -> [0, 10, 20] (then validated by `check_edges`); `option` names the text in errors."""
     try:
         return check_edges([int(part) for part in text.split(",")])
     except ValueError:
         raise UserError(
-            f"--buckets {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30"
+            f"{option} {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30"
         ) from None
 
 
@@ -109,7 +107,7 @@ def check_edges(edges: Sequence[int]) -> list[int]:
     if not edges or edges[0] != 0 or any(low >= high for low, high in pairwise(edges)):
         raise UserError(
             f"bucket edges {edges}: expected strictly increasing word counts starting at 0, e.g. 0,10,20 "
-            "(--buckets / eval.buckets)"
+            "(eval.buckets)"
         )
     return edges
 
@@ -133,7 +131,7 @@ def _check_inputs(
     if not references:
         raise UserError(f"{ref_name}: no lines to evaluate")
     if not systems:
-        raise UserError("no system to evaluate: give at least one --hyp FILE")
+        raise UserError("no system to evaluate")
     for system in systems:
         _check_aligned(
             system.path or f"system {system.label!r}", len(system.hypotheses), ref_name, len(references)
@@ -144,7 +142,7 @@ def _check_inputs(
     for label in labels:
         if labels.count(label) > 1:
             raise UserError(
-                f"system label {label!r} is used {labels.count(label)} times: name each with --label"
+                f"system label {label!r} is used {labels.count(label)} times: give each system its own label"
             )
 
 
@@ -311,12 +309,15 @@ def groups(subset: Subset, buckets: np.ndarray | None, labels: Sequence[str]) ->
 # paired comparisons
 
 
-def comparison_pairs(labels: Sequence[str], baseline: str | None) -> list[tuple[int, int]]:
-    """(system, baseline) index pairs: each system against `baseline`, or every pair in report order."""
+def comparison_pairs(
+    labels: Sequence[str], baseline: str | None, option: str = "baseline"
+) -> list[tuple[int, int]]:
+    """(system, baseline) index pairs: each system against `baseline`, or every pair in report order;
+    `option` names the baseline in errors."""
     if baseline is None:
         return [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
     if baseline not in labels:
-        raise UserError(f"--baseline {baseline!r}: no system has that label (labels: {', '.join(labels)})")
+        raise UserError(f"{option} {baseline!r}: no system has that label (labels: {', '.join(labels)})")
     base = labels.index(baseline)
     return [(i, base) for i in range(len(labels)) if i != base]
 
@@ -395,9 +396,7 @@ def evaluate(
     if by_length:
         edges = check_edges(config.buckets)
         if config.bucket_by == "source" and sources is None:
-            raise UserError(
-                "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
-            )
+            raise UserError("bucketing by source length (eval.bucket_by: source) needs the sources")
         buckets = bucket_index(word_counts(sources if config.bucket_by == "source" else references), edges)
     labels = [bucket["label"] for bucket in bucket_labels(edges)] if edges else []
     every = Subset("all", "every sentence", np.arange(len(references)))
@@ -553,6 +552,6 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     for label in labels:
         if labels.count(label) > 1:
             raise UserError(
-                f"system label {label!r} appears in more than one report: relabel with `seq2seq eval --label`"
+                f"system label {label!r} appears in more than one report: give the systems distinct labels"
             )
     return merged

@@ -66,7 +66,7 @@ def resume_point(config: Config, vocab_fingerprint: str, required: bool) -> dict
         _check_resumable(state, config, vocab_fingerprint, latest)
         return state
     if required:
-        raise UserError(f"{config.run_dir}: --resume given but the run has no checkpoint ({latest})")
+        raise UserError(f"{config.run_dir}: cannot resume: the run has no checkpoint ({latest})")
     return None
 
 

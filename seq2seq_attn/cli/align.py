@@ -103,7 +103,9 @@ def align_command(
         raise UserError("--heatmaps draws the lines given by --sentences: add e.g. --sentences 1,5,9")
     if json_out is not None:
         check_writable(json_out)
-    given_edges = parse_edges(buckets) if buckets is not None else None  # a bad --buckets fails first
+    given_edges = (
+        parse_edges(buckets, "--buckets") if buckets is not None else None
+    )  # a bad --buckets fails first
     corpus = load_corpus(str(src), str(ref), str(gold), gold_format.value, one_indexed)
     torch_device = resolve_device(device.value, "--device")
     network, vocab, config = load_trained(model, torch_device)

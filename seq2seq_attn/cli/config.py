@@ -9,9 +9,10 @@ import typer
 from ..config import Config, load_config, to_yaml
 from ..config.reference import config_markdown, describe_keys
 
+SET = "--set"  # the option that overrides config keys, in every verb that reads a config
 CONFIG_ARG = typer.Argument(..., help="Experiment YAML file.", show_default=False)
 SET_OPTION = typer.Option(
-    [], "--set", help="Override a key, typed like YAML: --set train.learning_rate=3e-4 (repeatable)."
+    [], SET, help="Override a key, typed like YAML: --set train.learning_rate=3e-4 (repeatable)."
 )
 
 
@@ -35,7 +36,7 @@ def show_config(
         return
     if config is None:
         raise typer.BadParameter("give a CONFIG file, or --keys")
-    print_resolved(load_config(config, overrides))
+    print_resolved(load_config(config, overrides, SET))
 
 
 def print_resolved(config: Config) -> None:

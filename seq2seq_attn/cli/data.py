@@ -10,7 +10,7 @@ from .. import console
 from ..config import load_config
 from ..data.clean import DROP_RULES
 from ..data.prepare import MANIFEST, prepare
-from .config import CONFIG_ARG, SET_OPTION
+from .config import CONFIG_ARG, SET, SET_OPTION
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +30,7 @@ def prepare_command(
 
     Cleaning applies to the splits in data.clean.splits. Unchanged inputs and settings: nothing to do.
     """
-    prepared = prepare(load_config(config, overrides), force=force)
+    prepared = prepare(load_config(config, overrides, SET), force=force)
     console.info(summary_table(prepared.manifest))
     if prepared.redone:
         console.info(f"prepared {prepared.data_dir} (see {prepared.data_dir / MANIFEST})")

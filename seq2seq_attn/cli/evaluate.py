@@ -11,7 +11,7 @@ import typer
 from ..config import EvalConfig, choices_enum, override
 from ..errors import UserError
 from ..eval_runs import default_run_label, evaluate_runs, read_alignment, write_html, write_report
-from ..evaluate import load_systems, parse_edges
+from ..evaluate import comparison_pairs, load_systems, parse_edges
 from ..io import check_writable
 from .options import run_default_option
 
@@ -126,7 +126,7 @@ def eval_command(
     run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
     ("no UNK", Bahdanau et al. 2014, Table 1). Options left out take the `eval` section of the --model
     runs' configs."""
-    check_options(hyp, model, src, label, by_length, plot, alignment, html)
+    check_options(hyp, model, src, label, by_length, bucket_by, plot, alignment, html)
     aer = read_alignment(alignment) if alignment is not None else None
     for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
@@ -136,7 +136,7 @@ def eval_command(
 
         image_format(plot)
     given = {
-        "buckets": parse_edges(buckets) if buckets is not None else None,
+        "buckets": parse_edges(buckets, OPTIONS["buckets"]) if buckets is not None else None,
         "bucket_by": bucket_by.value if bucket_by else None,
         "bootstrap": bootstrap,
         "seed": seed,
@@ -146,6 +146,9 @@ def eval_command(
     override(EvalConfig(), given, "eval.", OPTIONS)  # a bad option fails before any translation
     systems = load_systems(hyp, label[: len(hyp)])
     runs = list(zip(model, label[len(hyp) :] or [default_run_label(path) for path in model], strict=True))
+    comparison_pairs(
+        [system.label for system in systems] + [name for _, name in runs], baseline, "--baseline"
+    )
     evaluation = evaluate_runs(
         systems,
         ref,
@@ -169,6 +172,7 @@ def check_options(
     src: Path | None,
     label: list[str],
     by_length: bool,
+    bucket_by: BucketBy | None,
     plot: Path | None,
     alignment: Path | None,
     html: Path | None,
@@ -181,6 +185,10 @@ def check_options(
     if label and len(label) != len(hyp) + len(model):
         raise UserError(
             f"{len(label)} --label for {len(hyp)} --hyp and {len(model)} --model: one each, or none"
+        )
+    if by_length and src is None and (bucket_by.value if bucket_by else EvalConfig().bucket_by) == "source":
+        raise UserError(
+            "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
         )
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")

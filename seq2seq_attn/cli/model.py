@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..config import load_config
-from .config import CONFIG_ARG, SET_OPTION
+from .config import CONFIG_ARG, SET, SET_OPTION
 
 SRC_VOCAB = typer.Option(None, "--src-vocab", min=4, help="Source vocabulary size (default: vocab.size).")
 TGT_VOCAB = typer.Option(None, "--tgt-vocab", min=4, help="Target vocabulary size (default: vocab.size).")
@@ -32,7 +32,7 @@ def model_info(
     from ..model import build_model
     from ..model.summary import describe
 
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, overrides, SET)
     src_size = src_vocab or cfg.vocab.size
     tgt_size = tgt_vocab or cfg.vocab.size
     with torch.device("meta"):

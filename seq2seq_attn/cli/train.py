@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from ..config import load_config
-from .config import CONFIG_ARG, SET_OPTION, print_resolved
+from .config import CONFIG_ARG, SET, SET_OPTION, print_resolved
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +30,7 @@ def train_command(
     process at a time trains into a run directory. Under
     `torchrun --nproc_per_node=N -m seq2seq_attn train CONFIG` it trains with DDP.
     """
-    resolved = load_config(config, overrides)
+    resolved = load_config(config, overrides, SET)
     if dry_run:
         print_resolved(resolved)
         return

@@ -11,7 +11,7 @@ from ..cache import build_cache, cache_stats
 from ..config import load_config
 from ..constants import SIDES, SPLITS
 from ..vocab import build_vocab, vocab_dir
-from .config import CONFIG_ARG, SET_OPTION
+from .config import CONFIG_ARG, SET, SET_OPTION
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +25,7 @@ def vocab(
 ) -> None:
     """Train sentencepiece on <data_dir>/train.{src,tgt} (skipped when up to date) and encode every split
     into <data_dir>/vocab/cache (skipped for files that did not change). Prints sizes and statistics."""
-    cfg = load_config(config, overrides)
+    cfg = load_config(config, overrides, SET)
     start = time.perf_counter()
     built = build_vocab(cfg, force=force)
     trained = time.perf_counter()

@@ -23,8 +23,12 @@ from .schema import Config, field_types
 T = TypeVar("T")
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML config, apply `key.path=value` overrides, validate, and resolve relative paths."""
+def load_config(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), option: str = "override"
+) -> Config:
+    """Read a YAML config, apply `key.path=value` overrides, validate, and resolve relative paths.
+
+    `option` names the overrides in error messages (the command line's `--set`)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: config file not found")
@@ -42,23 +46,23 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     if not isinstance(raw, dict):
         raise UserError(f"{path}: a config must be a mapping of sections, got {type(raw).__name__}")
     for item in overrides:
-        apply_override(raw, item)
+        apply_override(raw, item, option)
     config = from_dict(raw, where=str(path))
     resolve_paths(config, path.parent)
     return config
 
 
-def apply_override(raw: dict, item: str) -> None:
-    """Apply one `--set a.b.c=value` to the raw mapping; the value is typed like YAML."""
+def apply_override(raw: dict, item: str, option: str = "override") -> None:
+    """Apply one `a.b.c=value` override to the raw mapping; the value is typed like YAML."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. train.learning_rate=3e-4")
+        raise UserError(f"{option} {item!r}: expected KEY=VALUE, e.g. train.learning_rate=3e-4")
     parts = key.strip().split(".")
     node = raw
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise UserError(f"--set {key}: {part!r} is not a section")
+            raise UserError(f"{option} {key}: {part!r} is not a section")
         node = child
     try:
         node[parts[-1]] = yaml.safe_load(value)
