@@ -12,5 +12,5 @@ toolkits.py     ours, JoeyNMT and OpenNMT-py behind one interface: install, trai
 ours_decode.py  our timed decoder: the translate pipeline with the clock around the search only
 report.py       the common throughput window, medians, ratios ours/peer, the speed targets, markdown/JSON
 peers/          the peers' configs, with @KEY@ placeholders filled in per run
-results/        the latest reports: side_by_side.md/.json and step.md/.json
+results/        reports the runs write: side_by_side.md/.json (bench), step.md/.json (bench_step --out)
 """
