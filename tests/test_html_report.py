@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
+from helpers import corpus
 from matplotlib.image import imread
-from test_evaluate import corpus
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app

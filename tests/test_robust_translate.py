@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from test_bad_input import seq2seq
+from helpers import seq2seq
 
 HOSTILE = [
     "the cat sat on the mat",
