@@ -426,6 +426,7 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(build, fragments, tmp_p
 IN_A_PROCESS = ["key-misspelt", "beam-not-a-number", "checkpoint-truncated", "eval-invalid-utf8"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("build", "fragments"), [case for case in CASES if case.id in IN_A_PROCESS])
 def test_a_process_of_its_own_gives_the_same_line(build, fragments, tmp_path, request):
     args = build(tmp_path, request.getfixturevalue)

@@ -317,6 +317,7 @@ def test_load_warnings_before_and_during_a_run(tmp_path):
     assert machine.span_warning("training", 0.9) == "other processes kept 0.90 cores busy during training"
 
 
+@pytest.mark.slow
 def test_run_job_counts_the_cores_other_processes_keep_busy(tmp_path):
     """A competitor spinning on one core while the measured job runs is another process's load."""
     spin = "import time\nend = time.perf_counter() + {}\nwhile time.perf_counter() < end: pass\n"
@@ -364,6 +365,7 @@ def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
 # processes
 
 
+@pytest.mark.slow
 def test_run_job_measures_the_child_and_feeds_it_files(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(
@@ -385,6 +387,7 @@ def test_run_job_measures_the_child_and_feeds_it_files(tmp_path):
     assert measured.text().startswith("+ ")
 
 
+@pytest.mark.slow
 def test_run_job_interrupts_at_the_budget_even_when_started_with_sigint_ignored(tmp_path):
     """A benchmark started in the background (`nohup make bench &`) hands SIGINT ignored to its children;
     launch.py, through which every toolkit runs, restores KeyboardInterrupt so the budget still stops it."""
@@ -403,6 +406,7 @@ def test_run_job_interrupts_at_the_budget_even_when_started_with_sigint_ignored(
     assert measured.deadline is not None and measured.deadline < time.time()
 
 
+@pytest.mark.slow
 def test_a_process_that_ignores_the_interrupt_is_terminated(tmp_path):
     code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
     # 3 s: time for the child to start and ignore SIGINT even on a loaded machine
@@ -560,6 +564,7 @@ def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
     assert "outputs up to" not in text
 
 
+@pytest.mark.slow
 def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path, monkeypatch, capsys):
     """`python -m benchmarks.ours_decode ...` (its main, in this process)."""
     source = tmp_path / "test.src"
@@ -710,6 +715,7 @@ def test_bench_step_updates_with_the_configs_optimiser(monkeypatch):
     assert built == ["Adadelta"] and row["train_ms"] > 0
 
 
+@pytest.mark.slow
 def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys):
     """`python -m benchmarks.bench_step ...` (its main, in this process)."""
     config = write_tiny_config(tmp_path / "tiny.yaml")

@@ -177,6 +177,7 @@ def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis(tmp_path):
     """Only `data.source: huggingface` needs `datasets`, and it says so in one line; everything else, and
     this file's tests, import and run without it (and without hypothesis, a test dependency)."""

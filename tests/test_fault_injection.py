@@ -119,6 +119,7 @@ LIMITED = (
 )
 
 
+@pytest.mark.slow
 def test_write_error_while_checkpointing_stops_clearly_and_keeps_the_previous_checkpoint(
     prepared,
     tmp_path,

@@ -90,12 +90,14 @@ def test_fused_recurrences_cover_one_layer_grus_with_their_decoders_scores():
     assert not any(fused.applies(tiny_model(*variant).decoder) for variant in not_covered)
 
 
+@pytest.mark.slow
 def test_compiled_attention_computes_what_the_eager_code_does(monkeypatch):
     """`train.compile` / `decode.compile`: the torch.compile'd attention kernels (fused training loop,
     forward and backward; the step path of search) against the same model run eagerly, in float64."""
     assert_compiled_attention_equals_eager("cpu", monkeypatch)
 
 
+@pytest.mark.slow
 def test_compiled_attention_under_autograd_on_the_step_path():
     """Configurations without a fused Function (here an LSTM) train through the compiled kernel under
     autograd: the same loss and gradients as eager, in float64."""

@@ -139,6 +139,7 @@ def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path)
     assert all(torch.equal(resumed[name], expected[name]) for name in expected)
 
 
+@pytest.mark.slow
 def test_a_second_vocab_on_a_data_folder_is_refused(tmp_path):
     data = tmp_path / "data"
     write_corpus(data, n=4000)  # enough work that the first is caught holding its lock
@@ -155,6 +156,7 @@ def test_a_second_vocab_on_a_data_folder_is_refused(tmp_path):
     assert not (data / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_the_data_lock_is_taken_only_to_write(tmp_path):
     """A command that finds the data up to date writes nothing and needs no lock (so trainings started
     side by side share a data folder, as in reproduce.py --parallel); one that must write is refused."""

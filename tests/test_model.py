@@ -177,6 +177,7 @@ OVERFIT = [(e, a, d) for a, d in itertools.product(ATTENTIONS, DECODERS) for e i
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("encoder", "attention", "decoder"), OVERFIT)
 def test_each_variant_overfits_a_tiny_batch(encoder, attention, decoder):
     """Learning to reverse four short sentences: the loss must fall below 0.05 within 500 Adam steps."""

@@ -36,6 +36,7 @@ from seq2seq_attn.train_state import Progress
 torch.set_num_threads(1)
 
 
+@pytest.mark.slow
 def test_loss_falls_and_run_dir_is_complete(workdir):
     run = train_module.train(
         config_of(workdir, "train.max_steps=160", "train.validate_every=40", "train.log_every=10")
@@ -57,6 +58,7 @@ def test_loss_falls_and_run_dir_is_complete(workdir):
     assert vocab.src_size == 120 and not model.training
 
 
+@pytest.mark.slow
 def test_compiled_attention_trains_the_same_run(workdir):
     """train.compile: the same losses, dev BLEU (search runs compiled too) and weights as eager."""
     runs = []

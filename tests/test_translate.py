@@ -234,6 +234,7 @@ def test_nbest_scores_and_file_output(tiny_run_dir, tmp_path):
     assert float(score) < 0 and text
 
 
+@pytest.mark.slow
 def test_stdin_to_stdout_round_trip(tiny_run_dir):
     """A real process, its stdin and stdout pipes: bytes in, one UTF-8 line out per line in."""
     data = b"the cat sat\n\n  \t \nna\xc3\xafve \xff\xfe dog\x00\nthe \xe2\x80\xa8 mat"
@@ -262,6 +263,7 @@ def test_compile_is_for_beam_search_only(trained):
     assert model.decoder.attention.kind == "bahdanau"
 
 
+@pytest.mark.slow
 def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
     lines = "the cat sat\non the big red mat\ndog\n"
     runs = [
