@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint format demo reproduce-local reproduce-wmt14 bench gpu-check clean
+.PHONY: install test test-fast lint format demo reproduce-local reproduce-wmt14 bench gpu-check clean
 
 install: $(STAMP)
 
@@ -15,8 +15,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
 	touch $(STAMP)
 
+# Every test (what CI runs).
 test: install
 	$(BIN)/python -m pytest -q -n 2 tests
+
+# The inner loop, about a minute: every test but those marked slow (end-to-end runs, training, torch.compile,
+# most of those that start processes).
+test-fast: install
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
 lint: install
 	$(BIN)/ruff check seq2seq_attn tests scripts benchmarks

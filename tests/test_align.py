@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import with_eval_section
+from helpers import with_eval_section
 
 from seq2seq_attn.align import (
     AlignmentCorpus,

@@ -1,62 +1,29 @@
-"""The bad-input matrix: every way a user can hold the tool wrong, through the real CLI.
+"""The bad-input matrix: every way a user can hold the tool wrong, through the command line's entry point.
 
-Each case builds its own bad input under tmp_path and runs `python -m seq2seq_attn --quiet ...` in a
-subprocess. The contract, the same for every case: exit code 2; stderr is exactly one line starting with
-`seq2seq: error: ` that names the file, line, config key or option at fault; no traceback; nothing on
-stdout; and no file under tmp_path created, changed or removed, so no output is left half-written and no
-earlier output is overwritten. Usage errors found by the option parser (a value that is not a number, an
-unknown option) follow the same contract.
+Each case builds its own bad input under tmp_path and runs `seq2seq --quiet ...` (seq2seq_attn.cli.main,
+in this process: `run_main`). The contract, the same for every case: exit code 2; stderr is exactly one
+line starting with `seq2seq: error: ` that names the file, line, config key or option at fault; no
+traceback; nothing on stdout; and no file under tmp_path created, changed or removed, so no output is left
+half-written and no earlier output is overwritten. Usage errors found by the option parser (a value that is
+not a number, an unknown option) follow the same contract. A few cases, one per kind of error, also run as
+`python -m seq2seq_attn` in a process of its own, which must give the same line.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import tiny_config, write_corpus
-from test_train import prepared  # noqa: F401 - the module fixture: tiny.yaml with data and vocabulary
+from helpers import assert_one_line_error, run_main, seq2seq, snapshot, tiny_config, write_corpus
 
-from seq2seq_attn import train as train_module
-from seq2seq_attn.config import load_config
 from seq2seq_attn.vocab import build_vocab
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 Fixture = Callable[[str], Any]  # request.getfixturevalue: builders ask only for what they need
-
-
-def seq2seq(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
-    """`python -m seq2seq_attn --quiet ARGS`; stdin, stdout and stderr are bytes."""
-    command = [sys.executable, "-m", "seq2seq_attn", "--quiet", *args]
-    return subprocess.run(command, cwd=cwd, input=stdin, capture_output=True, env=ENV, timeout=300)
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
-    """Exit 2, one `seq2seq: error:` line naming every fragment, no traceback, nothing on stdout."""
-    stderr = result.stderr.decode("utf-8", errors="replace")
-    assert result.returncode == 2, stderr
-    assert "Traceback" not in stderr
-    assert stderr.startswith("seq2seq: error: ") and stderr.count("\n") == 1 and stderr.endswith("\n"), stderr
-    for fragment in fragments:
-        assert fragment in stderr
-    assert result.stdout == b""
-    return stderr
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """sha256 of every file under `root` (following links), by relative path."""
-    return {
-        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(root.rglob("*"))
-        if path.is_file()
-    }
 
 
 def write(path: Path, content: str | bytes) -> Path:
@@ -66,15 +33,7 @@ def write(path: Path, content: str | bytes) -> Path:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# fixtures: a trained run to resume from, and a vocabulary other than the tiny run's
-
-
-@pytest.fixture(scope="module")
-def trained_run(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
-    """Two updates of the tiny config of test_train: a run directory with latest.pt to resume."""
-    run = tmp_path_factory.mktemp("trained") / "run"
-    overrides = [f"train.run_dir={run}", "train.max_steps=2", "train.valid_bleu=false"]
-    return train_module.train(load_config(prepared / "tiny.yaml", overrides))
+# fixtures: a vocabulary other than the tiny run's (conftest.py: the trained run to resume from)
 
 
 @pytest.fixture(scope="module")
@@ -458,5 +417,22 @@ CASES = [
 def test_bad_input_is_one_clear_line_and_changes_nothing(build, fragments, tmp_path, request):
     args = build(tmp_path, request.getfixturevalue)
     before = snapshot(tmp_path)
-    assert_one_line_error(seq2seq(*args, cwd=tmp_path), *fragments)
+    assert_one_line_error(run_main("--quiet", *args, cwd=tmp_path), *fragments)
     assert snapshot(tmp_path) == before
+
+
+# one case per layer the error comes from: the config loader, the option parser, torch's checkpoint reader,
+# evaluation's file checks
+IN_A_PROCESS = ["key-misspelt", "beam-not-a-number", "checkpoint-truncated", "eval-invalid-utf8"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("build", "fragments"), [case for case in CASES if case.id in IN_A_PROCESS])
+def test_a_process_of_its_own_gives_the_same_line(build, fragments, tmp_path, request):
+    args = build(tmp_path, request.getfixturevalue)
+    before = snapshot(tmp_path)
+    line = assert_one_line_error(seq2seq(*args, cwd=tmp_path), *fragments)
+    assert snapshot(tmp_path) == before
+    in_process = run_main("--quiet", *args, cwd=tmp_path).stderr.decode()
+    # the usage hint names the program as started: `seq2seq` (the console script) or `python -m seq2seq_attn`
+    assert line == in_process.replace("(see `seq2seq ", "(see `python -m seq2seq_attn ")

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import TINY_MODEL, tiny_config, write_corpus
+from helpers import TINY_MODEL, tiny_config, write_corpus, write_tiny_config
 
-from benchmarks import bench, bench_step, logs, machine, report
+from benchmarks import bench, bench_step, logs, machine, ours_decode, report
 from benchmarks.measure import Job, Measured, launched, run_job
 from benchmarks.toolkits import JoeyNMT, OpenNMT, Ours, Pieces, Settings, Skip, export_pieces, fill
-from seq2seq_attn.config import from_dict, load_config
+from seq2seq_attn.config import load_config
 from seq2seq_attn.optim import build_optimizer
 from seq2seq_attn.vocab import build_vocab
 
@@ -317,6 +317,7 @@ def test_load_warnings_before_and_during_a_run(tmp_path):
     assert machine.span_warning("training", 0.9) == "other processes kept 0.90 cores busy during training"
 
 
+@pytest.mark.slow
 def test_run_job_counts_the_cores_other_processes_keep_busy(tmp_path):
     """A competitor spinning on one core while the measured job runs is another process's load."""
     spin = "import time\nend = time.perf_counter() + {}\nwhile time.perf_counter() < end: pass\n"
@@ -364,6 +365,7 @@ def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
 # processes
 
 
+@pytest.mark.slow
 def test_run_job_measures_the_child_and_feeds_it_files(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(
@@ -385,6 +387,7 @@ def test_run_job_measures_the_child_and_feeds_it_files(tmp_path):
     assert measured.text().startswith("+ ")
 
 
+@pytest.mark.slow
 def test_run_job_interrupts_at_the_budget_even_when_started_with_sigint_ignored(tmp_path):
     """A benchmark started in the background (`nohup make bench &`) hands SIGINT ignored to its children;
     launch.py, through which every toolkit runs, restores KeyboardInterrupt so the budget still stops it."""
@@ -403,6 +406,7 @@ def test_run_job_interrupts_at_the_budget_even_when_started_with_sigint_ignored(
     assert measured.deadline is not None and measured.deadline < time.time()
 
 
+@pytest.mark.slow
 def test_a_process_that_ignores_the_interrupt_is_terminated(tmp_path):
     code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
     # 3 s: time for the child to start and ignore SIGINT even on a loaded machine
@@ -560,12 +564,14 @@ def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
     assert "outputs up to" not in text
 
 
-def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path):
+@pytest.mark.slow
+def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path, monkeypatch, capsys):
+    """`python -m benchmarks.ours_decode ...` (its main, in this process)."""
     source = tmp_path / "test.src"
     source.write_text("the cat sat\non the mat\na dog\n", encoding="utf-8")
-    command = [sys.executable, "-m", "benchmarks.ours_decode", "--checkpoint", str(tiny_run_dir)]
-    command += ["--input", str(source), "--output", str(tmp_path / "out.txt"), "--beam", "3"]
-    command += [
+    argv = ["ours_decode", "--checkpoint", str(tiny_run_dir)]
+    argv += ["--input", str(source), "--output", str(tmp_path / "out.txt"), "--beam", "3"]
+    argv += [
         "--batch-sentences",
         "2",
         "--alpha",
@@ -577,9 +583,9 @@ def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path):
         "--max-len-b",
         "7",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert logs.ours_decoded_tokens(done.stdout) == 3 * 7
+    monkeypatch.setattr(sys, "argv", argv)
+    ours_decode.main()
+    assert logs.ours_decoded_tokens(capsys.readouterr().out) == 3 * 7
     assert len((tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()) == 3
 
 
@@ -703,17 +709,18 @@ def test_bench_step_updates_with_the_configs_optimiser(monkeypatch):
         return optimizer
 
     monkeypatch.setattr(bench_step, "build_optimizer", recording)
-    config = from_dict({"model": TINY_MODEL, "train": {"optimizer": "adadelta", "learning_rate": 1.0}})
+    config = tiny_config(train={"optimizer": "adadelta", "learning_rate": 1.0})
     args = bench_step.parse_args(["x.yaml", "--reps", "1", "--warmup", "0", "--beam", "0"])
     row = bench_step.measure(config, bench_step.Shapes(2, 4, 3, 20), "fp32", False, torch.device("cpu"), args)
     assert built == ["Adadelta"] and row["train_ms"] > 0
 
 
-def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump({"model": TINY_MODEL}))
+@pytest.mark.slow
+def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys):
+    """`python -m benchmarks.bench_step ...` (its main, in this process)."""
+    config = write_tiny_config(tmp_path / "tiny.yaml")
     out = tmp_path / "step"
-    command = [sys.executable, "-m", "benchmarks.bench_step", str(config), "--precision", "fp32,bf16"]
+    command = [str(config), "--precision", "fp32,bf16"]
     options = [
         "--batch",
         "3",
@@ -728,10 +735,7 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
         "--beam",
         "2",
     ]
-    done = subprocess.run(
-        [*command, *options, "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
+    bench_step.main([*command, *options, "--out", str(out)])
     result = json.loads(out.with_suffix(".json").read_text())
     assert [(r["precision"], r["compile"]) for r in result["rows"]] == [("fp32", False), ("bf16", False)]
     for row in result["rows"]:
@@ -742,10 +746,10 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path):
     assert result["machine"]["torch"] == torch.__version__ and result["machine"]["load_before"] >= 0
     text = out.with_suffix(".md").read_text()
     assert text.count("| tiny |") == 2 and "- machine: " in text and "cores busy meanwhile" in text
-    bad = subprocess.run(
-        [*command[:4], "--precision", "fp16"], capture_output=True, text=True, cwd=ROOT, timeout=60
-    )
-    assert bad.returncode == 2 and "--precision" in bad.stderr
+    assert capsys.readouterr().out == text + "\n"  # the report is printed too
+    with pytest.raises(SystemExit) as bad:
+        bench_step.main([command[0], "--precision", "fp16"])
+    assert bad.value.code == 2 and "--precision" in capsys.readouterr().err
 
 
 def test_the_committed_report_holds_no_absolute_paths_into_the_repository(tmp_path):

@@ -17,10 +17,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SEARCH_FAMILIES, assert_search_is_batch_invariant, random_model
-from test_fused import assert_as_accurate, assert_compiled_attention_equals_eager, errors_against_float64
-from test_model import batch, tiny_model
-from test_train import config_of, ddp_train, metrics, parameters, prepared, workdir  # noqa: F401 (fixtures)
+from helpers import (
+    SEARCH_FAMILIES,
+    assert_as_accurate,
+    assert_compiled_attention_equals_eager,
+    assert_search_is_batch_invariant,
+    batch,
+    config_of,
+    ddp_train,
+    errors_against_float64,
+    metrics,
+    parameters,
+    random_model,
+    tiny_model,
+    write_tiny_config,
+)
 
 from seq2seq_attn import train as train_module
 from seq2seq_attn.checkpoint import load_checkpoint
@@ -96,7 +107,7 @@ def test_search_on_cuda_is_batch_invariant(family: dict) -> None:
 
 
 @pytest.mark.cuda
-def test_bf16_training_on_cuda_stays_finite_and_resumes_exactly(workdir):  # noqa: F811 (the fixture)
+def test_bf16_training_on_cuda_stays_finite_and_resumes_exactly(workdir):
     """200 updates in bf16 autocast from pinned-memory batches, validated (loss and greedy-search BLEU) every
     100; a run stopped after 150 resumes from step 100's checkpoint to the same weights, bit for bit."""
     on_gpu = ("train.device=cuda", "train.precision=bf16", "train.max_steps=200", "train.validate_every=100")
@@ -121,7 +132,7 @@ def test_bf16_training_on_cuda_stays_finite_and_resumes_exactly(workdir):  # noq
 
 @pytest.mark.cuda
 @pytest.mark.slow
-def test_torchrun_one_process_with_nccl(workdir):  # noqa: F811 (the fixture)
+def test_torchrun_one_process_with_nccl(workdir):
     ddp_train(workdir, 1, "nccl", "train.device=cuda")
 
 
@@ -146,15 +157,14 @@ ON_GPU_IMAGE = textwrap.dedent(
     """
 )
 ROOT = Path(__file__).resolve().parent.parent
-TINY_SYNTHETIC = """
-name: tiny
-data:
-  source: {source}
-  dir: data
-  synthetic: {{train_size: 60, valid_size: 8, test_size: 8, vocab_size: 100, irregular_words: 5,
-              max_words: 8}}
-  huggingface: {{name: wmt14, config: fr-en}}
-"""
+SMALL_SYNTHETIC = {
+    "train_size": 60,
+    "valid_size": 8,
+    "test_size": 8,
+    "vocab_size": 100,
+    "irregular_words": 5,
+    "max_words": 8,
+}
 
 
 def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
@@ -167,6 +177,7 @@ def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis(tmp_path):
     """Only `data.source: huggingface` needs `datasets`, and it says so in one line; everything else, and
     this file's tests, import and run without it (and without hypothesis, a test dependency)."""
@@ -176,7 +187,10 @@ def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothes
         assert "usage" in result.stdout.lower()
 
     for source in ("synthetic", "huggingface"):
-        (tmp_path / f"{source}.yaml").write_text(TINY_SYNTHETIC.format(source=source))
+        data = {"source": source, "dir": "data", "synthetic": SMALL_SYNTHETIC}
+        write_tiny_config(
+            tmp_path / f"{source}.yaml", data={**data, "huggingface": {"name": "wmt14", "config": "fr-en"}}
+        )
     result = on_gpu_image("seq2seq_attn", "data", "prepare", str(tmp_path / "synthetic.yaml"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert len((tmp_path / "data" / "train.src").read_text().splitlines()) == 60

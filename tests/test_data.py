@@ -5,11 +5,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from helpers import run_main
 
 from seq2seq_attn.config import load_config, to_dict
 from seq2seq_attn.data.prepare import MANIFEST, OUTPUTS, prepare
@@ -65,9 +65,8 @@ def prepared_pairs(data_dir: Path, split: str) -> list[tuple[str, str]]:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq_attn", *args], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+    """`seq2seq ARGS` in `cwd` (the entry point, in this process), stdout and stderr as text."""
+    return run_main(*args, cwd=cwd, text=True)
 
 
 def mtimes(data_dir: Path) -> dict[str, int]:

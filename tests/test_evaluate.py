@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sacrebleu
+from helpers import corpus, run_main
 from sacrebleu.metrics import BLEU
 from typer.testing import CliRunner
 
@@ -31,28 +29,6 @@ from seq2seq_attn.plots import curve_figure, save_curve
 from seq2seq_attn.report import render
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-VOCAB = [f"w{i}" for i in range(300)]
-
-
-def corpus(
-    size: int, seed: int, noise: float = 0.3, max_words: int = 80
-) -> tuple[list[str], list[str], list[str]]:
-    """Sources, references (the source upper-cased: a perfect 'translation') and noisy hypotheses."""
-    rng = random.Random(seed)
-    sources, references, hypotheses = [], [], []
-    for _ in range(size):
-        words = [rng.choice(VOCAB) for _ in range(rng.randint(1, max_words))]
-        target = [word.upper() for word in words]
-        sources.append(" ".join(words))
-        references.append(" ".join(target))
-        hypotheses.append(
-            " ".join(
-                w if rng.random() > noise else rng.choice(VOCAB).upper()
-                for w in target
-                if rng.random() > noise / 3
-            )
-        )
-    return sources, references, hypotheses
 
 
 def by_label(report: dict, system: int = 0) -> dict:
@@ -345,9 +321,8 @@ def test_cli_plot_curve_combines_saved_reports(files):
     ],
 )
 def test_cli_errors_are_one_line_with_exit_code_2(files, args, message):
-    result = subprocess.run(
-        [sys.executable, "-m", "seq2seq_attn", *args], cwd=files, capture_output=True, text=True
-    )
+    result = run_main(*args, cwd=files)
+    stderr = result.stderr.decode()
     assert result.returncode == 2
-    assert result.stderr.startswith("seq2seq: error: ") and message in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert stderr.startswith("seq2seq: error: ") and message in stderr
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr

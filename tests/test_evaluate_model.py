@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import sacrebleu
-from conftest import with_eval_section
+from helpers import run_main, with_eval_section
 
 from seq2seq_attn.run_dir import load_trained
 from seq2seq_attn.translate import Translator
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq_attn", "--quiet", *args], capture_output=True, text=True, timeout=300
-    )
+    """`seq2seq --quiet ARGS` (the entry point, in this process), stdout and stderr as text."""
+    return run_main("--quiet", *args, text=True)
 
 
 def test_eval_model_translates_scores_and_keeps_hypotheses(tiny_run_dir: Path, tmp_path: Path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import sentencepiece as spm
-from conftest import make_run_dir, tiny_config, write_corpus
+from helpers import make_run_dir, tiny_config, write_corpus
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_bad_input import ENV, assert_one_line_error
-from test_train import prepared  # noqa: F401 - the module fixture: tiny.yaml with data and vocabulary
+from helpers import ENV, assert_one_line_error
 
 from seq2seq_attn import train as train_module
 from seq2seq_attn.checkpoint import load_checkpoint
@@ -84,7 +83,7 @@ def kill_during_training(folder: Path, rng: random.Random, in_a_write: bool) -> 
 
 
 @pytest.mark.slow
-def test_sigkill_during_checkpoint_writes_loses_nothing(prepared, tmp_path):  # noqa: F811
+def test_sigkill_during_checkpoint_writes_loses_nothing(prepared, tmp_path):
     reference = tmp_path / "reference"
     shutil.copytree(prepared, reference)
     subprocess.run(command(reference, SETTINGS, "-m", "seq2seq_attn"), check=True, env=ENV, timeout=300)
@@ -120,8 +119,9 @@ LIMITED = (
 )
 
 
+@pytest.mark.slow
 def test_write_error_while_checkpointing_stops_clearly_and_keeps_the_previous_checkpoint(
-    prepared,  # noqa: F811
+    prepared,
     tmp_path,
 ):
     overrides = [f"train.run_dir={tmp_path / 'run'}", "train.valid_bleu=false"]
@@ -149,7 +149,7 @@ def test_write_error_while_checkpointing_stops_clearly_and_keeps_the_previous_ch
     assert load_checkpoint(latest)["step"] == 8
 
 
-def test_a_metrics_line_torn_by_a_crash_does_not_stop_resume_or_plots(prepared, tmp_path):  # noqa: F811
+def test_a_metrics_line_torn_by_a_crash_does_not_stop_resume_or_plots(prepared, tmp_path):
     overrides = [f"train.run_dir={tmp_path / 'run'}", "train.valid_bleu=false", "train.log_every=2"]
     run = train_module.train(load_config(prepared / "tiny.yaml", [*overrides, "train.max_steps=4"]))
     with open(run / "metrics.jsonl", "a", encoding="utf-8") as handle:

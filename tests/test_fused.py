@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_model import batch, tiny_model
+from helpers import (
+    assert_as_accurate,
+    assert_compiled_attention_equals_eager,
+    batch,
+    errors_against_float64,
+    recurrence,
+    tiny_model,
+)
 
-from seq2seq_attn.config import DecodeConfig
 from seq2seq_attn.model import fused
-from seq2seq_attn.search import beam_search
 
 FUSED = [
     ("rnnsearch", "bahdanau"),
@@ -19,31 +24,6 @@ FUSED = [
     ("luong-feed", "general"),
     ("luong-feed", "dot"),
 ]
-
-
-def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tuple[list, list]:
-    """The decoder's loop outputs (s_{i-1}, c_i, alpha_i, s_T) and, for a fixed random weighting of all of
-    them, the gradients of every parameter and of the encoder output and embeddings fed to the loop."""
-    monkeypatch.setattr(fused, "applies", lambda decoder: use_fused)
-    decoder = model.decoder
-    enc = model.encode(src, lengths)
-    embedded = decoder.embed(tgt_in)
-    leaves = [enc.keys, enc.annotations, embedded]
-    for leaf in leaves:
-        leaf.retain_grad()
-    outputs = loop_outputs(decoder._recur(enc, decoder.init(enc), embedded))
-    generator = torch.Generator().manual_seed(3)
-    total = sum((out * torch.randn(out.shape, generator=generator).to(out)).sum() for out in outputs)
-    total.backward()
-    grads = [leaf.grad for leaf in leaves] + [p.grad for _, p in sorted(model.named_parameters())]
-    return outputs, grads
-
-
-def loop_outputs(recurred: tuple) -> list:
-    """RNNsearch's (s, c_i, alpha_i) or Luong's (h~_t, a_t), then the final state's hidden and (Luong, and
-    RNNsearch's update_then_attend) feed."""
-    *tensors, state = recurred
-    return [*tensors, state.hidden] + ([state.feed] if state.feed is not None else [])
 
 
 @pytest.mark.parametrize(("decoder", "attention"), FUSED)
@@ -74,44 +54,6 @@ def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(decoder
         ("gru-bi-1", attention, decoder), "cpu", True, monkeypatch
     )
     assert_as_accurate(fused_errors, autograd_errors, largest=0.2, slack=0.01, ratio=1.25)
-
-
-def assert_as_accurate(
-    fused_errors: list, autograd_errors: list, largest: float, slack: float, ratio: float
-) -> None:
-    """Each fused error at most `ratio` x the step-by-step code's + `slack`, and those below `largest`.
-
-    The two codes round differently, so their errors are independent draws of about the same size, and a
-    wrong formula gives errors of order 1. For a gradient of few elements that are sums of cancelling terms
-    (the key projection's bias: its gradient sums d keys over positions whose softmax gradients sum to 0)
-    one draw can be twice the other.
-    """
-    assert max(autograd_errors) < largest
-    for got, reference in zip(fused_errors, autograd_errors, strict=True):
-        assert got <= ratio * reference + slack
-
-
-def errors_against_float64(variant: tuple, device: str, bf16: bool, monkeypatch) -> tuple[list, list]:
-    """The relative errors (norm of the difference / norm) of every output and gradient of `recurrence`, run
-    on `device` in fp32 or under bf16 autocast, against the step-by-step code in float64: the fused code's
-    and the step-by-step code's."""
-    src, lengths, tgt_in = batch()
-    src, tgt_in = src.to(device), tgt_in.to(device)
-    exact_model = tiny_model(*variant).double().train().to(device)
-    exact = recurrence(exact_model, src, lengths, tgt_in, False, monkeypatch)
-    errors = []
-    for use_fused in (True, False):
-        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
-            model = tiny_model(*variant).train().to(device)
-            outputs, grads = recurrence(model, src, lengths, tgt_in, use_fused, monkeypatch)
-        errors.append(
-            [
-                ((got.double() - want).norm() / want.norm()).item()
-                for got, want in zip(outputs + grads, exact[0] + exact[1], strict=True)
-                if want is not None
-            ]
-        )
-    return errors[0], errors[1]
 
 
 @pytest.mark.parametrize(
@@ -148,37 +90,14 @@ def test_fused_recurrences_cover_one_layer_grus_with_their_decoders_scores():
     assert not any(fused.applies(tiny_model(*variant).decoder) for variant in not_covered)
 
 
+@pytest.mark.slow
 def test_compiled_attention_computes_what_the_eager_code_does(monkeypatch):
     """`train.compile` / `decode.compile`: the torch.compile'd attention kernels (fused training loop,
     forward and backward; the step path of search) against the same model run eagerly, in float64."""
     assert_compiled_attention_equals_eager("cpu", monkeypatch)
 
 
-def assert_compiled_attention_equals_eager(device: str, monkeypatch) -> None:
-    """The fused training loop's outputs and gradients, and beam search's n-best lists, of a float64
-    RNNsearch on `device` are the same with the attention kernels compiled as run eagerly."""
-    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch").double().train().to(device)
-    src, lengths, tgt_in = batch()
-    src, tgt_in = src.to(device), tgt_in.to(device)
-    runs, searches = [], []
-    for compiled in (True, False):
-        model.compile_attention(compiled)
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(5)  # the same dropout masks
-        runs.append(recurrence(model, src, lengths, tgt_in, True, monkeypatch))
-        with torch.no_grad():
-            searches.append(beam_search(model.eval(), src, lengths, DecodeConfig(beam_size=3, nbest=3)))
-        model.train()
-    (outputs, grads), (want_outputs, want_grads) = runs
-    for got, want in zip(outputs + grads, want_outputs + want_grads, strict=True):
-        if want is not None:
-            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
-    assert grads[0][1, 3:].abs().sum() == 0  # padding still gets no gradient
-    for got, want in zip(*searches, strict=True):
-        assert [h.tokens for h in got] == [h.tokens for h in want]
-        assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
-
-
+@pytest.mark.slow
 def test_compiled_attention_under_autograd_on_the_step_path():
     """Configurations without a fused Function (here an LSTM) train through the compiled kernel under
     autograd: the same loss and gradients as eager, in float64."""

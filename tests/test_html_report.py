@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
+from helpers import corpus
 from matplotlib.image import imread
-from test_evaluate import corpus
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
@@ -190,6 +190,7 @@ def browse(page: Path, folder: Path, action: str) -> tuple[str, list[str], list[
     return result.stdout, console, requests
 
 
+@pytest.mark.slow
 def test_the_checks_catch_console_errors_and_network_requests(tmp_path: Path):
     """The browser checks below can fail: a page with both problems shows both."""
     bad = tmp_path / "bad.html"
@@ -202,6 +203,7 @@ def test_the_checks_catch_console_errors_and_network_requests(tmp_path: Path):
     assert requests == ["http://example.invalid/x.png"]
 
 
+@pytest.mark.slow
 def test_chromium_loads_the_report_offline_and_draws_the_curve(html_page: Path, tmp_path: Path):
     dom, console, requests = browse(html_page, tmp_path / "dom", "--dump-dom")
     assert console == [] and requests == []

@@ -19,9 +19,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_run_dir, tiny_config, write_corpus
-from test_bad_input import ENV, assert_one_line_error, seq2seq, snapshot
-from test_train import cli, metrics, parameters, prepared, quiet_env  # noqa: F401 - prepared: a fixture
+from helpers import (
+    ENV,
+    assert_one_line_error,
+    make_run_dir,
+    metrics,
+    parameters,
+    quiet_env,
+    run_main,
+    seq2seq,
+    snapshot,
+    tiny_config,
+    train_cli,
+    write_corpus,
+    write_tiny_config,
+)
 
 from seq2seq_attn import average
 from seq2seq_attn.cache import load_cache
@@ -85,16 +97,16 @@ def assert_refused(result: subprocess.CompletedProcess, folder: Path, holder: in
 
 
 @pytest.mark.slow
-def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_path):  # noqa: F811
+def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_path):
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
     shutil.copytree(prepared, folder)
     settings = ["--set", "train.max_steps=20", "--set", "train.valid_bleu=false"]  # log 5, validate 10
-    with running(cli(folder, *settings), quiet_env()) as first:
+    with running(train_cli(folder, *settings), quiet_env()) as first:
         wait_for(lambda: (run / "metrics.jsonl").is_file(), first, "it logged")
         with frozen_holding(first, run):
             before = snapshot(run)
             second = subprocess.run(
-                cli(folder, *settings), capture_output=True, env=quiet_env(), timeout=WAIT
+                train_cli(folder, *settings), capture_output=True, env=quiet_env(), timeout=WAIT
             )
             assert_refused(second, run, first.pid)
             assert snapshot(run) == before  # the second one wrote nothing
@@ -105,7 +117,7 @@ def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_pat
 
 
 @pytest.mark.slow
-def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path):  # noqa: F811
+def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path):
     settings = [
         *("--set", "train.max_steps=20", "--set", "train.checkpoint_every=3"),
         *("--set", "train.validate_every=100", "--set", "train.valid_bleu=false"),
@@ -114,12 +126,12 @@ def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path)
     for folder in (reference, killed):
         shutil.copytree(prepared, folder)
     latest = checkpoint_dir(killed / "run") / LATEST
-    with running(cli(reference, *settings), quiet_env()) as uninterrupted:
-        with running(cli(killed, *settings), quiet_env()) as process:
+    with running(train_cli(reference, *settings), quiet_env()) as uninterrupted:
+        with running(train_cli(killed, *settings), quiet_env()) as process:
             wait_for(latest.exists, process, "it wrote a checkpoint")
         assert process.returncode == -signal.SIGKILL
         assert holder_pid(killed / "run") == process.pid  # its record is left, its lock is not
-        subprocess.run(cli(killed, *settings), check=True, env=quiet_env(), timeout=WAIT)  # at once
+        subprocess.run(train_cli(killed, *settings), check=True, env=quiet_env(), timeout=WAIT)  # at once
         assert uninterrupted.wait(timeout=WAIT) == 0
     expected = parameters(checkpoint_dir(reference / "run") / LATEST)
     resumed = parameters(latest)
@@ -127,14 +139,11 @@ def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path)
     assert all(torch.equal(resumed[name], expected[name]) for name in expected)
 
 
-VOCAB_CONFIG = "name: t\ndata: {dir: data}\nvocab: {size: 40, threads: 1}\n"
-
-
+@pytest.mark.slow
 def test_a_second_vocab_on_a_data_folder_is_refused(tmp_path):
     data = tmp_path / "data"
     write_corpus(data, n=4000)  # enough work that the first is caught holding its lock
-    config = tmp_path / "exp.yaml"
-    config.write_text(VOCAB_CONFIG, encoding="utf-8")
+    config = write_tiny_config(tmp_path / "exp.yaml", data={"dir": "data"})
     with running([*SEQ2SEQ, "vocab", str(config)], ENV) as first:
         with frozen_holding(first, data):
             before = snapshot(data)
@@ -147,12 +156,12 @@ def test_a_second_vocab_on_a_data_folder_is_refused(tmp_path):
     assert not (data / LOCK_FILE).exists()
 
 
+@pytest.mark.slow
 def test_the_data_lock_is_taken_only_to_write(tmp_path):
     """A command that finds the data up to date writes nothing and needs no lock (so trainings started
     side by side share a data folder, as in reproduce.py --parallel); one that must write is refused."""
     write_corpus(tmp_path / "data")
-    config = tmp_path / "exp.yaml"
-    config.write_text(VOCAB_CONFIG, encoding="utf-8")
+    config = write_tiny_config(tmp_path / "exp.yaml", data={"dir": "data"})
     assert seq2seq("vocab", str(config), cwd=tmp_path).returncode == 0
     with exclusive(tmp_path / "data"):
         with exclusive(tmp_path / "data"):  # the holder may take it again (nested calls)
@@ -163,7 +172,7 @@ def test_the_data_lock_is_taken_only_to_write(tmp_path):
 
 
 @pytest.mark.slow
-def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):  # noqa: F811
+def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):
     """best.pt is repointed and best-K step files are removed all the time; every load still succeeds."""
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
     shutil.copytree(prepared, folder)
@@ -178,7 +187,7 @@ def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):  # 
     source = tmp_path / "in.txt"
     source.write_text("the cat sat\n", encoding="utf-8")
     translate = ["translate", "--model", str(run), "-i", str(source), "-o", str(tmp_path / "out.txt")]
-    with running(cli(folder, *sets), quiet_env()) as trainer:
+    with running(train_cli(folder, *sets), quiet_env()) as trainer:
         wait_for(lambda: len(list(checkpoint_dir(run).glob("step-*.pt"))) >= 2, trainer, "it kept 2")
         with running([*SEQ2SEQ, *translate, "--average", "2"], ENV) as reader:
             steps_seen = set()  # of latest.pt: the trainer went on writing while we read
@@ -217,6 +226,6 @@ def test_averaging_lists_again_when_training_prunes_a_checkpoint_meanwhile(tmp_p
 def test_an_empty_config_is_an_error_naming_the_file(tmp_path, text):
     config = tmp_path / "exp.yaml"
     config.write_text(text, encoding="utf-8")
-    result = seq2seq("train", str(config), cwd=tmp_path)
+    result = run_main("--quiet", "train", str(config), cwd=tmp_path)
     assert_one_line_error(result, f"{config}: empty config; a config must set at least `name`")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]  # no data/ or runs/: nothing ran

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import tiny_config
 from torch import nn
 from torch.nn import functional as F
 
 from seq2seq_attn.batching import collate
-from seq2seq_attn.config import ModelConfig
 from seq2seq_attn.loss import batch_loss, loss_divisor
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.cross_entropy import summed_cross_entropy
@@ -109,7 +109,9 @@ def test_bf16_logits_are_summed_in_fp32() -> None:
 def test_sentence_normalisation_scales_the_gradient_by_tokens_per_sentence() -> None:
     """`train.loss_norm`: on one batch, the gradient with `sentences` is the gradient with `tokens` times
     the batch's target tokens per sentence (EOS included), for every parameter."""
-    cfg = ModelConfig(hidden_size=8, decoder_hidden_size=8, attention_dim=8, maxout_dim=4, init="pytorch")
+    cfg = tiny_config(
+        model={"hidden_size": 8, "decoder_hidden_size": 8, "attention_dim": 8, "maxout_dim": 4}
+    ).model
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB, VOCAB).train()
     rng = np.random.default_rng(0)

@@ -8,71 +8,17 @@ import itertools
 
 import pytest
 import torch
+from helpers import ATTENTIONS, BOS, DECODERS, ENCODERS, PAD, VOCAB, batch, tiny_model, tiny_model_config
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from seq2seq_attn.config import ModelConfig
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.recurrent import RNN_CLASSES, RecurrentStack
 
 torch.set_num_threads(1)
 
-VOCAB = 20
-PAD, BOS = 0, 2
-ATTENTIONS = ["none", "bahdanau", "dot", "general", "concat"]
-DECODERS = {  # (decoder, input_feeding, decoder_step)
-    "rnnsearch": ("rnnsearch", True, "attend_then_update"),
-    "rnnsearch-uta": ("rnnsearch", True, "update_then_attend"),
-    "luong-feed": ("luong", True, "attend_then_update"),
-    "luong-nofeed": ("luong", False, "attend_then_update"),
-}
-ENCODERS = {  # (cell, bidirectional, layers)
-    f"{cell}-{'bi' if bi else 'uni'}-{layers}": (cell, bi, layers)
-    for cell, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
-}
 ALL = list(itertools.product(ENCODERS, ATTENTIONS, DECODERS))
-
-
-def tiny_config(encoder: str = "gru-bi-1", attention: str = "bahdanau", decoder: str = "rnnsearch", **kw):
-    cell, bidirectional, layers = ENCODERS[encoder]
-    kind, feeding, step = DECODERS[decoder]
-    annotation = 16 * (2 if bidirectional else 1)
-    values = dict(
-        decoder=kind,
-        attention=attention,
-        cell=cell,
-        src_embed_dim=8,
-        tgt_embed_dim=8,
-        hidden_size=16,
-        # dot needs the decoder state to match the annotations; otherwise use a third size to catch mix-ups
-        decoder_hidden_size=annotation if attention == "dot" else 24,
-        encoder_layers=layers,
-        decoder_layers=layers,
-        bidirectional=bidirectional,
-        attention_dim=12,
-        maxout_dim=10,
-        input_feeding=feeding,
-        decoder_step=step,
-        init="pytorch",
-    )
-    return ModelConfig(**{**values, **kw})
-
-
-def tiny_model(*variant: str, seed: int = 0, **kw) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return build_model(tiny_config(*variant, **kw), VOCAB, VOCAB).eval()
-
-
-def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Three sources of lengths 7, 3, 5 padded with 0, and targets <bos> + 5 tokens."""
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.tensor([7, 3, 5])
-    src = torch.randint(4, VOCAB, (3, 7), generator=g)
-    src[torch.arange(7) >= lengths.unsqueeze(1)] = PAD
-    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=g)
-    tgt_in[:, 0] = BOS
-    return src, lengths, tgt_in
 
 
 def run_steps(model, src, lengths, tgt_in) -> tuple[torch.Tensor, torch.Tensor]:
@@ -231,11 +177,12 @@ OVERFIT = [(e, a, d) for a, d in itertools.product(ATTENTIONS, DECODERS) for e i
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("encoder", "attention", "decoder"), OVERFIT)
 def test_each_variant_overfits_a_tiny_batch(encoder, attention, decoder):
     """Learning to reverse four short sentences: the loss must fall below 0.05 within 500 Adam steps."""
     torch.manual_seed(0)
-    model = build_model(tiny_config(encoder, attention, decoder, init="paper"), VOCAB, VOCAB).train()
+    model = build_model(tiny_model_config(encoder, attention, decoder, init="paper"), VOCAB, VOCAB).train()
     src = torch.randint(4, VOCAB, (4, 6), generator=torch.Generator().manual_seed(3))
     lengths = torch.tensor([6, 6, 5, 4])
     src[torch.arange(6) >= lengths.unsqueeze(1)] = PAD
@@ -294,7 +241,7 @@ def test_tied_embeddings_share_one_matrix(decoder):
     ],
 )
 def test_impossible_sizes_are_one_line_user_errors(changes, key):
-    cfg = dataclasses.replace(tiny_config(), **changes)
+    cfg = dataclasses.replace(tiny_model_config(), **changes)
     with pytest.raises(UserError, match=key) as info:
         build_model(cfg, VOCAB, VOCAB)
     assert "\n" not in str(info.value)

@@ -4,13 +4,13 @@ the paper's initialisation, the shipped configs, and `seq2seq model-info`."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_main, tiny_config
 
-from seq2seq_attn.config import ModelConfig, load_config
+from seq2seq_attn.config import load_config
 from seq2seq_attn.model import build_model
 
 torch.set_num_threads(1)
@@ -81,15 +81,8 @@ def test_every_shipped_config_builds(path):
 def test_paper_initialisation():
     """Appendix A.2: orthogonal recurrent matrices per gate, W_a / U_a ~ N(0, 0.001^2), v_a = 0, biases 0,
     every other weight ~ N(0, 0.01^2); the padding embedding is 0."""
-    cfg = ModelConfig(
-        src_embed_dim=40,
-        tgt_embed_dim=40,
-        hidden_size=32,
-        decoder_hidden_size=32,
-        attention_dim=48,
-        maxout_dim=24,
-        init="paper",
-    )
+    sizes = {"src_embed_dim": 40, "tgt_embed_dim": 40, "hidden_size": 32, "decoder_hidden_size": 32}
+    cfg = tiny_config(model={**sizes, "attention_dim": 48, "maxout_dim": 24, "init": "paper"}).model
     torch.manual_seed(0)
     model = build_model(cfg, 300, 300)
     for name, param in model.named_parameters():
@@ -106,13 +99,8 @@ def test_paper_initialisation():
 
 
 def model_info(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq_attn", "model-info", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    """`seq2seq model-info ARGS` from the repository root (the entry point, in this process)."""
+    return run_main("model-info", *args, cwd=ROOT, text=True)
 
 
 def test_model_info_prints_modules_and_the_total():

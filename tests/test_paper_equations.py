@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_model import tiny_config
+from helpers import tiny_model_config
 
 from seq2seq_attn.model import build_model
 
@@ -145,7 +145,7 @@ def test_model_computes_appendix_a(attention, fixed_context, bidirectional, deco
     """The model's log-probabilities, on the training path (where RNNsearch runs its fused Function) and
     on the step-by-step path, equal the NumPy reference for every sentence and step."""
     encoder = "gru-bi-1" if bidirectional else "gru-uni-1"
-    cfg = tiny_config(encoder, attention, fixed_context=fixed_context, decoder_step=decoder_step)
+    cfg = tiny_model_config(encoder, attention, fixed_context=fixed_context, decoder_step=decoder_step)
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB, VOCAB).double().train(training)
     generator = torch.Generator().manual_seed(4)
@@ -169,7 +169,7 @@ def test_the_two_step_orders_differ():
     """A guard for the test above: the orders are different models with the same weights."""
     x, y = [5, 6, 7, 3], [BOS, 8, 9, 10]
     torch.manual_seed(0)
-    model = build_model(tiny_config(), VOCAB, VOCAB)
+    model = build_model(tiny_model_config(), VOCAB, VOCAB)
     with torch.no_grad():
         w = weights_of(model.double())
     appendix = reference_log_probs(x, y, w, update_first=False, fixed=None)

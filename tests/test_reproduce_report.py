@@ -7,7 +7,7 @@ import argparse
 import importlib.util
 from pathlib import Path
 
-from test_significance import noisy
+from helpers import noisy
 
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.evaluate import System, evaluate

@@ -4,10 +4,10 @@ read their data through the real Hugging Face path (a local stand-in dataset, si
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ["rnnencdec30", "rnnencdec50", "rnnsearch30", "rnnsearch50"]
@@ -74,20 +74,12 @@ def test_paper_configs_prepare_wmt14_through_the_huggingface_path(name, tmp_path
         }
     )
     stand_in.save_to_disk(str(tmp_path / "wmt14"))
-    command = [
-        sys.executable,
-        "-m",
-        "seq2seq_attn",
-        "--quiet",
-        "data",
-        "prepare",
-        str(ROOT / "configs" / f"{name}.yaml"),
-        "--set",
-        f"data.huggingface.name={tmp_path / 'wmt14'}",
-        "--set",
-        f"data.dir={tmp_path / 'data'}",
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    config = ROOT / "configs" / f"{name}.yaml"
+    result = run_main(
+        *("--quiet", "data", "prepare", str(config)),
+        *("--set", f"data.huggingface.name={tmp_path / 'wmt14'}", "--set", f"data.dir={tmp_path / 'data'}"),
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     data = tmp_path / "data"
     assert (data / "train.src").read_text().splitlines() == [en for en, _ in rows["train"]]

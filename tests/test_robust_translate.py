@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import random
 
-from test_bad_input import seq2seq
+import pytest
+from helpers import seq2seq
 
 HOSTILE = [
     "the cat sat on the mat",
@@ -36,6 +37,7 @@ def hostile_stdin(seed: int = 9) -> tuple[bytes, int]:
     return b"\n".join(lines), len(lines)
 
 
+@pytest.mark.slow
 def test_any_input_gives_one_output_line_per_input_line(tiny_run_dir, tmp_path):
     data, count = hostile_stdin()
     done = seq2seq("translate", "--model", str(tiny_run_dir), "--beam", "2", cwd=tmp_path, stdin=data)

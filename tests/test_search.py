@@ -9,16 +9,16 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SEARCH_FAMILIES as FAMILIES
-from conftest import SEARCH_VOCAB as VOCAB
-from conftest import TINY_MODEL, assert_search_is_batch_invariant, random_model, random_sources
+from helpers import SEARCH_FAMILIES as FAMILIES
+from helpers import SEARCH_VOCAB as VOCAB
+from helpers import ScriptedModel, assert_search_is_batch_invariant, random_model, random_sources, tiny_config
 from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from seq2seq_attn.config import DecodeConfig, ModelConfig, from_dict, override
+from seq2seq_attn.config import DecodeConfig, from_dict, override
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.model import DecoderState, EncoderOutput, build_model
+from seq2seq_attn.model import build_model
 from seq2seq_attn.search import length_penalty, score_bound, translate_ids
 from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID
 
@@ -43,7 +43,7 @@ def copy_model() -> nn.Module:
         "hidden_size": 32,
         "decoder_hidden_size": 32,
     }
-    model = build_model(ModelConfig(**{**TINY_MODEL, **fast}), VOCAB, VOCAB)
+    model = build_model(tiny_config(model=fast).model, VOCAB, VOCAB)
     optimizer = torch.optim.Adam(model.parameters(), lr=2e-2)
     rng = random.Random(1)
     for _ in range(150):
@@ -247,48 +247,6 @@ def test_search_batches_obey_both_the_token_and_the_sentence_limit(
     )
     translate_ids(counting, srcs, cfg, "cpu")
     assert counting.encoder_rows == batches
-
-
-class ScriptedModel(nn.Module):
-    """A stand-in for Seq2Seq whose next-token distribution depends only on the step number.
-
-    `script[t]` maps tokens to probabilities at step t (the rest of the mass is spread evenly over the
-    other tokens); steps past the script repeat its last entry. Attention is one-hot on `attend[t]`.
-    """
-
-    def __init__(self, script: list[dict[int, float]], attend: list[int] | None = None, vocab: int = VOCAB):
-        super().__init__()
-        self.script, self.attend, self.vocab, self.steps = script, attend or [], vocab, 0
-
-    def encode(self, src, src_lengths):
-        mask = torch.arange(src.size(1)) < src_lengths.unsqueeze(1)
-        return EncoderOutput(
-            annotations=torch.zeros(*src.shape, 1), mask=mask, final=torch.zeros(len(src), 1)
-        )
-
-    def compile_attention(self, enabled):
-        pass  # no attention to compile
-
-    def init_state(self, enc):
-        return DecoderState(hidden=torch.zeros(len(enc.mask), 1, 1))  # hidden = the step number
-
-    def step(self, enc, state, y_prev):
-        self.steps += 1
-        t = int(state.hidden[0, 0, 0])
-        probs = self.script[min(t, len(self.script) - 1)]
-        rest = (1.0 - sum(probs.values())) / (self.vocab - len(probs))
-        row = torch.full((self.vocab,), rest)
-        for token, p in probs.items():
-            row[token] = p
-        attention = torch.zeros(enc.mask.shape)
-        if t < len(self.attend):
-            attention[:, self.attend[t]] = 1.0
-        else:
-            attention = enc.mask.float() / enc.mask.sum(1, keepdim=True)
-        rows = len(y_prev)
-        beams = rows // len(enc.mask)  # search keeps one encoder row per sentence for its beams
-        attention = attention.repeat_interleave(beams, dim=0)
-        return row.log().expand(rows, -1), DecoderState(hidden=state.hidden + 1), attention
 
 
 def test_search_stops_once_no_open_hypothesis_can_win() -> None:

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from test_bad_input import assert_one_line_error, seq2seq, snapshot, trained_run  # noqa: F401
-from test_train import prepared  # noqa: F401
+from helpers import assert_one_line_error, run_main, snapshot
 
 import seq2seq_attn
 from seq2seq_attn.checkpoint import load_checkpoint
@@ -103,7 +102,9 @@ def resume_args(tmp: Path, get) -> list[str]:
 def test_cli_refuses_a_pickle_payload_and_never_runs_it(build, tmp_path, request):
     args = build(tmp_path, request.getfixturevalue)
     before = snapshot(tmp_path)
-    assert_one_line_error(seq2seq(*args, cwd=tmp_path), "refused to load checkpoint", "it references the")
+    assert_one_line_error(
+        run_main("--quiet", *args, cwd=tmp_path), "refused to load checkpoint", "it references the"
+    )
     assert not (tmp_path / "pwned").exists()
     assert snapshot(tmp_path) == before
 
@@ -132,7 +133,7 @@ def test_a_python_tag_in_a_config_is_a_one_line_error_and_runs_nothing(tmp_path,
         config.write_text("name: x\n", encoding="utf-8")
         expected = ["`train.max_steps` must be an integer, got '!!python/object/apply:builtins.open"]
     options = ["--set", f"train.max_steps={yaml_payload(marker)}"] if where == "--set" else []
-    assert_one_line_error(seq2seq("train", str(config), *options, cwd=tmp_path), *expected)
+    assert_one_line_error(run_main("--quiet", "train", str(config), *options, cwd=tmp_path), *expected)
     assert not marker.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml"]  # no data/ or runs/: nothing ran
 
@@ -227,8 +228,13 @@ def test_config_paths_resolve_against_the_config_folder_not_the_working_director
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = seq2seq(
-        "config", str(folder / "exp.yaml"), "--set", "decode.unk_dictionary=dict.tsv", cwd=elsewhere
+    result = run_main(
+        "--quiet",
+        "config",
+        str(folder / "exp.yaml"),
+        "--set",
+        "decode.unk_dictionary=dict.tsv",
+        cwd=elsewhere,
     )
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)

@@ -4,12 +4,11 @@ as sacrebleu's paired-bs / paired-ar tests compute them, in every output format 
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
+from helpers import corpus, noisy
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
-from test_evaluate import corpus
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
@@ -20,19 +19,6 @@ from seq2seq_attn.plots import curve_figure
 from seq2seq_attn.report import render
 
 SIZE = 300
-
-
-def noisy(references: list[str], noise: float, seed: int) -> list[str]:
-    """Each reference with a `noise` share of its words replaced and a third as many dropped."""
-    rng = random.Random(seed)
-    return [
-        " ".join(
-            word if rng.random() > noise else f"X{rng.randrange(300)}"
-            for word in line.split()
-            if rng.random() > noise / 3
-        )
-        for line in references
-    ]
 
 
 def close_systems() -> tuple[list[str], list[str], list[str], list[str]]:

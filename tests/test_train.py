@@ -4,7 +4,6 @@ atomic checkpoints, exact resume after SIGKILL, refused resume, and DDP with glo
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -15,10 +14,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import (
+    config_of,
+    ddp_train,
+    metrics,
+    parameters,
+    quiet_env,
+    tiny_config,
+    torchrun_train,
+    train_cli,
+)
 
 from seq2seq_attn import train as train_module
 from seq2seq_attn.checkpoint import load_checkpoint
-from seq2seq_attn.config import from_dict, load_config
+from seq2seq_attn.config import load_config
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.optim import Schedule
 from seq2seq_attn.run_dir import load_trained
@@ -26,60 +35,8 @@ from seq2seq_attn.train_state import Progress
 
 torch.set_num_threads(1)
 
-TINY = """
-name: tiny
-seed: 3
-data:
-  source: synthetic
-  dir: data
-  synthetic: {train_size: 400, valid_size: 16, test_size: 16, vocab_size: 100, irregular_words: 20,
-              max_words: 12}
-vocab: {type: bpe, size: 120}
-model: {src_embed_dim: 16, tgt_embed_dim: 16, hidden_size: 24, decoder_hidden_size: 24, attention_dim: 24,
-        maxout_dim: 12, dropout_hidden: 0.1, dropout_output: 0.1, init: pytorch}
-train:
-  run_dir: run
-  device: cpu
-  batch_type: sentences
-  batch_size: 16
-  max_len: 40
-  bucket_pool: 4
-  learning_rate: 0.01
-  log_every: 5
-  validate_every: 10
-  max_steps: 30
-decode: {beam_size: 2, max_len_a: 1.2, max_len_b: 3}
-"""
 
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> Path:
-    """A config with its data and vocabulary prepared once; tests copy the folder and train into it."""
-    folder = tmp_path_factory.mktemp("prepared")
-    (folder / "tiny.yaml").write_text(TINY)
-    config = load_config(folder / "tiny.yaml")
-    train_module._prepare_inputs(config)
-    return folder
-
-
-@pytest.fixture
-def workdir(prepared, tmp_path) -> Path:
-    shutil.copytree(prepared, tmp_path / "w")
-    return tmp_path / "w"
-
-
-def config_of(workdir: Path, *overrides: str):
-    return load_config(workdir / "tiny.yaml", list(overrides))
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def parameters(path: Path) -> dict[str, torch.Tensor]:
-    return load_checkpoint(path)["model"]
-
-
+@pytest.mark.slow
 def test_loss_falls_and_run_dir_is_complete(workdir):
     run = train_module.train(
         config_of(workdir, "train.max_steps=160", "train.validate_every=40", "train.log_every=10")
@@ -101,6 +58,7 @@ def test_loss_falls_and_run_dir_is_complete(workdir):
     assert vocab.src_size == 120 and not model.training
 
 
+@pytest.mark.slow
 def test_compiled_attention_trains_the_same_run(workdir):
     """train.compile: the same losses, dev BLEU (search runs compiled too) and weights as eager."""
     runs = []
@@ -144,9 +102,7 @@ def test_best_k_early_stopping_and_plateau_schedule_judge_improvement_alike(metr
     """Only a strictly better dev value (higher BLEU, lower loss) is an improvement: it resets early
     stopping's and the plateau schedule's counts of validations without one; ties rank by step."""
     raw = {"scheduler": "plateau", "plateau_patience": 1, "early_stop_metric": metric, "learning_rate": 1.0}
-    schedule = Schedule(
-        torch.optim.SGD([torch.zeros(1, requires_grad=True)]), from_dict({"train": raw}).train
-    )
+    schedule = Schedule(torch.optim.SGD([torch.zeros(1, requires_grad=True)]), tiny_config(train=raw).train)
     progress = Progress()
     seen = []
     for step, value in enumerate(values, start=1):
@@ -229,14 +185,6 @@ def test_resume_flag_without_checkpoint_is_an_error(workdir):
         train_module.train(config_of(workdir), resume=True)
 
 
-def cli(workdir: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "seq2seq_attn", "--quiet", "train", str(workdir / "tiny.yaml"), *args]
-
-
-def quiet_env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
-
-
 @pytest.mark.slow
 def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
     settings = [
@@ -251,13 +199,13 @@ def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
     ]
     reference = tmp_path / "reference"
     shutil.copytree(prepared, reference)
-    subprocess.run(cli(reference, *settings), check=True, env=quiet_env(), timeout=300)
+    subprocess.run(train_cli(reference, *settings), check=True, env=quiet_env(), timeout=300)
 
     killed = tmp_path / "killed"
     shutil.copytree(prepared, killed)
     latest = killed / "run" / "checkpoints" / "latest.pt"
     for wait in (0.0, 0.15, 0.4):  # kill at different points: mid-step, mid-write, between steps
-        process = subprocess.Popen(cli(killed, *settings), env=quiet_env())
+        process = subprocess.Popen(train_cli(killed, *settings), env=quiet_env())
         deadline = time.monotonic() + 120
         step_before = load_checkpoint(latest)["step"] if latest.exists() else 0
         while time.monotonic() < deadline and process.poll() is None:
@@ -268,7 +216,7 @@ def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
         process.send_signal(signal.SIGKILL)
         process.wait()
         load_checkpoint(latest)  # never unreadable
-    subprocess.run(cli(killed, *settings), check=True, env=quiet_env(), timeout=300)
+    subprocess.run(train_cli(killed, *settings), check=True, env=quiet_env(), timeout=300)
 
     a = parameters(reference / "run" / "checkpoints" / "latest.pt")
     b = parameters(latest)
@@ -279,7 +227,7 @@ def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
     process = subprocess.Popen(
-        cli(workdir, "--set", "train.max_steps=100000", "--set", "train.valid_bleu=false"),
+        train_cli(workdir, "--set", "train.max_steps=100000", "--set", "train.valid_bleu=false"),
         env=quiet_env(),
         stderr=subprocess.PIPE,
         text=True,
@@ -300,31 +248,6 @@ def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
 @pytest.mark.parametrize("processes", [1, 2])
 def test_ddp_gloo(workdir, processes):
     ddp_train(workdir, processes, "gloo")
-
-
-def ddp_train(workdir: Path, processes: int, backend: str, *overrides: str) -> None:
-    """12 updates of the tiny config under torchrun with `processes` ranks: they join one `backend` process
-    group (even a group of one), step in lockstep and leave a loadable run."""
-    command = torchrun_train(
-        workdir, "train.max_steps=12", "train.validate_every=6", *overrides, processes=processes
-    )
-    env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}  # a crashing rank prints its Python stack
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[:6000]
-    assert f"DDP with world size {processes} ({backend})" in result.stderr
-    state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
-    assert state["step"] == 12
-    assert len(state["data"]) == processes and all(d == state["data"][0] for d in state["data"])
-    model, _, _ = load_trained(workdir / "run")
-    assert sum(p.numel() for p in model.parameters()) > 0
-
-
-def torchrun_train(workdir: Path, *overrides: str, processes: int = 2) -> list[str]:
-    """`torchrun` (as `python -m torch.distributed.run`, the same program) training the tiny config; not
-    `--quiet`, so that rank 0's status lines name the process group."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
-    sets = [item for override in overrides for item in ("--set", override)]
-    return [*torchrun, "--standalone", "-m", "seq2seq_attn", "train", str(workdir / "tiny.yaml"), *sets]
 
 
 def worker_pids(parent: int) -> list[int]:

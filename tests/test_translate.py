@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 import torch
 import typer
-from conftest import make_run_dir, tiny_config, write_corpus
+from helpers import ScriptedModel, make_run_dir, run_main, tiny_config, write_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_search import ScriptedModel
 from typer.testing import CliRunner
 
 import seq2seq_attn.search
@@ -235,15 +234,12 @@ def test_nbest_scores_and_file_output(tiny_run_dir, tmp_path):
     assert float(score) < 0 and text
 
 
-def seq2seq(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq_attn", *args], input=stdin, capture_output=True, timeout=120
-    )
-
-
+@pytest.mark.slow
 def test_stdin_to_stdout_round_trip(tiny_run_dir):
+    """A real process, its stdin and stdout pipes: bytes in, one UTF-8 line out per line in."""
     data = b"the cat sat\n\n  \t \nna\xc3\xafve \xff\xfe dog\x00\nthe \xe2\x80\xa8 mat"
-    done = seq2seq("translate", "--model", str(tiny_run_dir), "--beam", "2", stdin=data)
+    command = [sys.executable, "-m", "seq2seq_attn", "translate", "--model", str(tiny_run_dir), "--beam", "2"]
+    done = subprocess.run(command, input=data, capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
     lines = done.stdout.decode("utf-8").split("\n")
     assert lines[-1] == "" and len(lines[:-1]) == 5
@@ -252,7 +248,7 @@ def test_stdin_to_stdout_round_trip(tiny_run_dir):
 
 def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):
     data = b"the cat sat\n\nthe dog ran to the house\n"
-    done = seq2seq("translate", "--model", str(tiny_run_dir), "--precision", "bf16", stdin=data)
+    done = run_main("translate", "--model", str(tiny_run_dir), "--precision", "bf16", stdin=data)
     assert done.returncode == 0, done.stderr.decode()
     lines = done.stdout.decode("utf-8").split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
@@ -267,6 +263,7 @@ def test_compile_is_for_beam_search_only(trained):
     assert model.decoder.attention.kind == "bahdanau"
 
 
+@pytest.mark.slow
 def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
     lines = "the cat sat\non the big red mat\ndog\n"
     runs = [
@@ -312,7 +309,7 @@ def test_stopping_option_reaches_the_search(tiny_run_dir, monkeypatch, stopping)
     ],
 )
 def test_impossible_options_are_one_line_errors(tiny_run_dir, args, message):
-    done = seq2seq("translate", "--model", str(tiny_run_dir), *args, stdin=b"the cat\n")
+    done = run_main("translate", "--model", str(tiny_run_dir), *args, stdin=b"the cat\n")
     stderr = done.stderr.decode()
     assert done.returncode == 2
     assert stderr.count("\n") == 1 and stderr.startswith("seq2seq: error:") and message in stderr

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_main, tiny_config
 
 from seq2seq_attn import cache as cache_module
 from seq2seq_attn.cache import build_cache, cache_stats, load_cache
-from seq2seq_attn.config import Config, from_dict
+from seq2seq_attn.config import Config
 from seq2seq_attn.constants import SPLITS
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.vocab import UNK_ID, Vocab, build_vocab, vocab_dir
@@ -49,9 +49,7 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 def make_config(data_dir: Path, **vocab: object) -> Config:
-    return from_dict(
-        {"name": "t", "data": {"dir": str(data_dir)}, "vocab": {"size": SIZE, "threads": 1, **vocab}}
-    )
+    return tiny_config(data={"dir": str(data_dir)}, vocab={"size": SIZE, **vocab})
 
 
 def lines(data_dir: Path, name: str) -> list[str]:
@@ -195,9 +193,8 @@ def test_copy_to_makes_a_self_contained_vocabulary(data_dir: Path, tmp_path: Pat
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "seq2seq_attn", *args], capture_output=True, text=True, timeout=120
-    )
+    """`seq2seq ARGS` (the entry point, in this process), stdout and stderr as text."""
+    return run_main(*args, text=True)
 
 
 def test_cli_trains_encodes_and_reports_then_does_no_work(data_dir: Path, tmp_path: Path) -> None:

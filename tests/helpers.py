@@ -1,0 +1,591 @@
+"""What several test files share: the one tiny config builder, tiny models and batches, corpora, run
+directories, the command line run in this process or as a real process, and shared assertions.
+
+Test files import this as a plain module (`from helpers import ...`): pytest puts tests/ on sys.path, as it
+does for conftest.py, which holds the fixtures built from these helpers. No test file imports another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch import nn
+
+from seq2seq_attn.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq_attn.config import Config, DecodeConfig, ModelConfig, from_dict, load_config, to_dict
+from seq2seq_attn.model import DecoderState, EncoderOutput, build_model, fused
+from seq2seq_attn.run_dir import checkpoint_dir, load_trained, point_best
+from seq2seq_attn.search import beam_search, translate_ids
+from seq2seq_attn.vocab import build_vocab
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ----------------------------------------------------------------------------------------------------------
+# the tiny config: one builder for every test
+
+TINY_MODEL = {
+    "src_embed_dim": 8,
+    "tgt_embed_dim": 8,
+    "hidden_size": 16,
+    "decoder_hidden_size": 16,
+    "attention_dim": 16,
+    "maxout_dim": 8,
+    "init": "pytorch",
+}
+
+
+def tiny_raw(root: Path | str | None = None, **sections: object) -> dict:
+    """The tiny experiment as a raw mapping (what a YAML file holds): name, seed, a bpe vocabulary of 40
+    and the TINY_MODEL sizes; with `root`, data in root/data and the run in root/run (`root` may be a
+    relative path, resolved against the config file's folder). Each keyword updates its section (a dict)
+    or sets a top-level key (`seed=3`)."""
+    raw: dict = {"name": "tiny", "seed": 1, "vocab": {"size": 40, "threads": 1}, "model": dict(TINY_MODEL)}
+    if root is not None:
+        raw["data"] = {"dir": str(Path(root) / "data")}
+        raw["train"] = {"run_dir": str(Path(root) / "run")}
+    for name, values in sections.items():
+        if isinstance(values, dict):
+            raw.setdefault(name, {}).update(values)
+        else:
+            raw[name] = values
+    return raw
+
+
+def tiny_config(root: Path | None = None, **sections: object) -> Config:
+    """`tiny_raw(root, **sections)` as a validated Config."""
+    return from_dict(tiny_raw(root, **sections))
+
+
+def write_tiny_config(path: Path, root: str | None = None, **sections: object) -> Path:
+    """`tiny_raw(root, **sections)` written as a YAML config file at `path`."""
+    path.write_text(yaml.safe_dump(tiny_raw(root, **sections), sort_keys=False), encoding="utf-8")
+    return path
+
+
+# the model variants by name: ENCODERS x ATTENTIONS x DECODERS
+ATTENTIONS = ["none", "bahdanau", "dot", "general", "concat"]
+DECODERS = {  # (decoder, input_feeding, decoder_step)
+    "rnnsearch": ("rnnsearch", True, "attend_then_update"),
+    "rnnsearch-uta": ("rnnsearch", True, "update_then_attend"),
+    "luong-feed": ("luong", True, "attend_then_update"),
+    "luong-nofeed": ("luong", False, "attend_then_update"),
+}
+ENCODERS = {  # (cell, bidirectional, layers)
+    f"{cell}-{'bi' if bi else 'uni'}-{layers}": (cell, bi, layers)
+    for cell, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
+}
+
+
+def tiny_model_config(
+    encoder: str = "gru-bi-1", attention: str = "bahdanau", decoder: str = "rnnsearch", **model: object
+) -> ModelConfig:
+    """The model section of `tiny_config` for one named variant, with its own attention and output sizes
+    and a decoder state size unlike the encoder's (a third size to catch mix-ups; dot attention needs the
+    decoder state to match the annotations); `model` overrides any key."""
+    cell, bidirectional, layers = ENCODERS[encoder]
+    kind, feeding, step = DECODERS[decoder]
+    annotation = TINY_MODEL["hidden_size"] * (2 if bidirectional else 1)
+    variant = {
+        "decoder": kind,
+        "attention": attention,
+        "cell": cell,
+        "decoder_hidden_size": annotation if attention == "dot" else 24,
+        "encoder_layers": layers,
+        "decoder_layers": layers,
+        "bidirectional": bidirectional,
+        "attention_dim": 12,
+        "maxout_dim": 10,
+        "input_feeding": feeding,
+        "decoder_step": step,
+    }
+    return tiny_config(model={**variant, **model}).model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# tiny models and batches
+
+VOCAB = 20  # source and target vocabulary of `tiny_model`
+PAD, BOS = 0, 2
+
+
+def tiny_model(*variant: str, seed: int = 0, **model: object) -> nn.Module:
+    """An untrained `tiny_model_config(*variant, **model)` over VOCAB ids, in eval mode."""
+    torch.manual_seed(seed)
+    return build_model(tiny_model_config(*variant, **model), VOCAB, VOCAB).eval()
+
+
+def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Three sources of lengths 7, 3, 5 padded with 0, and targets <bos> + 5 tokens."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([7, 3, 5])
+    src = torch.randint(4, VOCAB, (3, 7), generator=g)
+    src[torch.arange(7) >= lengths.unsqueeze(1)] = PAD
+    tgt_in = torch.randint(4, VOCAB, (3, 6), generator=g)
+    tgt_in[:, 0] = BOS
+    return src, lengths, tgt_in
+
+
+SEARCH_VOCAB = 30  # source and target vocabulary of `random_model`
+SEARCH_FAMILIES = [  # a GRU RNNsearch, an LSTM Luong decoder, the RNNencdec
+    {"decoder": "rnnsearch", "attention": "bahdanau", "cell": "gru"},
+    {"decoder": "luong", "attention": "general", "cell": "lstm"},
+    {"decoder": "rnnsearch", "attention": "none", "cell": "gru"},
+]
+
+
+def random_model(seed: int = 0, **model: object) -> nn.Module:
+    """An untrained tiny model (the `tiny_config` sizes, with `model`) over SEARCH_VOCAB ids, in eval mode,
+    on the CPU."""
+    torch.manual_seed(seed)
+    return build_model(tiny_config(model=model).model, SEARCH_VOCAB, SEARCH_VOCAB).eval()
+
+
+def random_sources(n: int, seed: int = 0, longest: int = 12) -> list[list[int]]:
+    """`n` sentences of 1 to `longest` random non-special ids."""
+    rng = random.Random(seed)
+    return [[rng.randrange(4, SEARCH_VOCAB) for _ in range(rng.randint(1, longest))] for _ in range(n)]
+
+
+class ScriptedModel(nn.Module):
+    """A stand-in for Seq2Seq whose next-token distribution depends only on the step number.
+
+    `script[t]` maps tokens to probabilities at step t (the rest of the mass is spread evenly over the
+    other tokens); steps past the script repeat its last entry. Attention is one-hot on `attend[t]`.
+    """
+
+    def __init__(
+        self, script: list[dict[int, float]], attend: list[int] | None = None, vocab: int = SEARCH_VOCAB
+    ):
+        super().__init__()
+        self.script, self.attend, self.vocab, self.steps = script, attend or [], vocab, 0
+
+    def encode(self, src, src_lengths):
+        mask = torch.arange(src.size(1)) < src_lengths.unsqueeze(1)
+        return EncoderOutput(
+            annotations=torch.zeros(*src.shape, 1), mask=mask, final=torch.zeros(len(src), 1)
+        )
+
+    def compile_attention(self, enabled):
+        pass  # no attention to compile
+
+    def init_state(self, enc):
+        return DecoderState(hidden=torch.zeros(len(enc.mask), 1, 1))  # hidden = the step number
+
+    def step(self, enc, state, y_prev):
+        self.steps += 1
+        t = int(state.hidden[0, 0, 0])
+        probs = self.script[min(t, len(self.script) - 1)]
+        rest = (1.0 - sum(probs.values())) / (self.vocab - len(probs))
+        row = torch.full((self.vocab,), rest)
+        for token, p in probs.items():
+            row[token] = p
+        attention = torch.zeros(enc.mask.shape)
+        if t < len(self.attend):
+            attention[:, self.attend[t]] = 1.0
+        else:
+            attention = enc.mask.float() / enc.mask.sum(1, keepdim=True)
+        rows = len(y_prev)
+        beams = rows // len(enc.mask)  # search keeps one encoder row per sentence for its beams
+        attention = attention.repeat_interleave(beams, dim=0)
+        return row.log().expand(rows, -1), DecoderState(hidden=state.hidden + 1), attention
+
+
+# ----------------------------------------------------------------------------------------------------------
+# corpora and run directories
+
+SRC_WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "house", "big", "red", "naïve"]
+TGT_WORDS = ["le", "chat", "assis", "sur", "tapis", "un", "chien", "couru", "à", "maison", "grand", "rouge"]
+
+
+def write_corpus(data_dir: Path, n: int = 200, seed: int = 0) -> None:
+    """Line-aligned {train,valid,test}.{src,tgt} of random word sequences."""
+    rng = random.Random(seed)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        for side, words in (("src", SRC_WORDS), ("tgt", TGT_WORDS)):
+            lines = [" ".join(rng.choices(words, k=rng.randint(2, 9))) for _ in range(n)]
+            (data_dir / f"{split}.{side}").write_text(
+                "".join(line + "\n" for line in lines), encoding="utf-8"
+            )
+
+
+def make_run_dir(config: Config, steps: tuple[int, ...] = (1,)) -> Path:
+    """What training leaves: run/config.yaml, run/vocab/, run/checkpoints/step-N.pt and best.pt -> the last.
+
+    Each checkpoint holds a differently seeded random model (so averaging them changes the weights).
+    """
+    vocab = build_vocab(config)
+    run = config.run_dir
+    folder = checkpoint_dir(run)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab.copy_to(run / "vocab")
+    (run / "config.yaml").write_text(yaml.safe_dump(to_dict(config)), encoding="utf-8")
+    for step in steps:
+        torch.manual_seed(step)
+        model = build_model(config.model, vocab.src_size, vocab.tgt_size)
+        payload = {
+            "model": model.state_dict(),
+            "config": to_dict(config),
+            "vocab_fingerprint": vocab.fingerprint(),
+            "step": step,
+        }
+        save_checkpoint(folder / f"step-{step}.pt", payload)
+    point_best(folder, folder / f"step-{steps[-1]}.pt")
+    return run
+
+
+def with_eval_section(run: Path, folder: Path, **keys: object) -> Path:
+    """A copy of `run` whose checkpoints carry a config with these `eval` keys."""
+    copy = folder / run.name
+    shutil.copytree(run, copy, symlinks=True)
+    for path in (copy / "checkpoints").glob("*.pt"):
+        if not path.is_symlink():
+            payload = load_checkpoint(path)
+            payload["config"]["eval"].update(keys)
+            save_checkpoint(path, payload)
+    return copy
+
+
+# The tiny config that trains (`prepared` in conftest.py): a synthetic corpus, dropout, 30 updates by
+# default; paths relative to the config's folder, so that a copy of the folder is a separate experiment.
+TRAINABLE = {
+    "seed": 3,
+    "data": {
+        "source": "synthetic",
+        "dir": "data",
+        "synthetic": {
+            "train_size": 400,
+            "valid_size": 16,
+            "test_size": 16,
+            "vocab_size": 100,
+            "irregular_words": 20,
+            "max_words": 12,
+        },
+    },
+    "vocab": {"type": "bpe", "size": 120},
+    "model": {
+        "src_embed_dim": 16,
+        "tgt_embed_dim": 16,
+        "hidden_size": 24,
+        "decoder_hidden_size": 24,
+        "attention_dim": 24,
+        "maxout_dim": 12,
+        "dropout_hidden": 0.1,
+        "dropout_output": 0.1,
+    },
+    "train": {
+        "run_dir": "run",
+        "device": "cpu",
+        "batch_type": "sentences",
+        "batch_size": 16,
+        "max_len": 40,
+        "bucket_pool": 4,
+        "learning_rate": 0.01,
+        "log_every": 5,
+        "validate_every": 10,
+        "max_steps": 30,
+    },
+    "decode": {"beam_size": 2, "max_len_a": 1.2, "max_len_b": 3},
+}
+
+
+def config_of(workdir: Path, *overrides: str) -> Config:
+    """The trainable tiny config in `workdir` (a copy of `prepared`) with `key=value` overrides."""
+    return load_config(workdir / "tiny.yaml", list(overrides))
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def parameters(path: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(path)["model"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the command line: a real process, or the entry point in this process
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def quiet_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+
+
+def train_cli(workdir: Path, *args: str) -> list[str]:
+    """The command line that trains the tiny config in `workdir` in a process of its own."""
+    return [sys.executable, "-m", "seq2seq_attn", "--quiet", "train", str(workdir / "tiny.yaml"), *args]
+
+
+def seq2seq(*args: str, cwd: Path, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    """`python -m seq2seq_attn --quiet ARGS` in a process of its own; stdin, stdout and stderr are bytes."""
+    command = [sys.executable, "-m", "seq2seq_attn", "--quiet", *args]
+    return subprocess.run(command, cwd=cwd, input=stdin, capture_output=True, env=ENV, timeout=300)
+
+
+def ddp_train(workdir: Path, processes: int, backend: str, *overrides: str) -> None:
+    """12 updates of the tiny config under torchrun with `processes` ranks: they join one `backend` process
+    group (even a group of one), step in lockstep and leave a loadable run."""
+    command = torchrun_train(
+        workdir, "train.max_steps=12", "train.validate_every=6", *overrides, processes=processes
+    )
+    env = {**quiet_env(), "PYTHONFAULTHANDLER": "1"}  # a crashing rank prints its Python stack
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[:6000]
+    assert f"DDP with world size {processes} ({backend})" in result.stderr
+    state = load_checkpoint(workdir / "run" / "checkpoints" / "latest.pt")
+    assert state["step"] == 12
+    assert len(state["data"]) == processes and all(d == state["data"][0] for d in state["data"])
+    model, _, _ = load_trained(workdir / "run")
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def torchrun_train(workdir: Path, *overrides: str, processes: int = 2) -> list[str]:
+    """`torchrun` (as `python -m torch.distributed.run`, the same program) training the tiny config; not
+    `--quiet`, so that rank 0's status lines name the process group."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"]
+    sets = [item for override in overrides for item in ("--set", override)]
+    return [*torchrun, "--standalone", "-m", "seq2seq_attn", "train", str(workdir / "tiny.yaml"), *sets]
+
+
+# What Python shows by default (no -W, no dev mode), in the order it tries them
+DEFAULT_WARNING_FILTERS = [
+    ("default", DeprecationWarning, "__main__"),
+    ("ignore", DeprecationWarning, ""),
+    ("ignore", PendingDeprecationWarning, ""),
+    ("ignore", ImportWarning, ""),
+    ("ignore", ResourceWarning, ""),
+]
+
+
+def run_main(
+    *args: str, cwd: Path | None = None, stdin: bytes = b"", text: bool = False
+) -> subprocess.CompletedProcess:
+    """`seq2seq ARGS` in this process: the console-script entry point (`seq2seq_attn.cli.main`) with
+    sys.argv, the working directory and the standard streams replaced for the call, and its SystemExit
+    turned into a return code, as in `python -m seq2seq_attn ARGS` minus the process start (seconds, for
+    torch's import). stdout and stderr are bytes (str with `text`); Python warnings that a process would
+    print under the default filters go to stderr, as they would there. Global settings the call changes
+    (`--quiet`, `--debug`) are put back.
+    """
+    from seq2seq_attn import cli, console
+
+    out, err = io.BytesIO(), io.BytesIO()
+    stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    stderr = io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
+    saved = (sys.argv, sys.stdin, sys.stdout, sys.stderr, os.getcwd(), console.QUIET, cli.DEBUG)
+    code: int | str | None = 0
+    try:
+        sys.argv = ["seq2seq", *args]
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+        sys.stdout, sys.stderr = stdout, stderr
+        if cwd is not None:
+            os.chdir(cwd)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()
+            for action, category, module in reversed(DEFAULT_WARNING_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module)
+            try:
+                cli.main()
+            except SystemExit as stop:
+                code = stop.code
+        for warning in caught:
+            stderr.write(
+                warnings.formatwarning(
+                    warning.message, warning.category, warning.filename, warning.lineno, warning.line
+                )
+            )
+        if isinstance(code, str):  # sys.exit("message"): the message on stderr, exit code 1
+            stderr.write(code + "\n")
+            code = 1
+        stdout.flush()
+        stderr.flush()
+    finally:
+        sys.argv, sys.stdin, sys.stdout, sys.stderr, cwd_before, console.QUIET, cli.DEBUG = saved
+        os.chdir(cwd_before)
+    streams = [out.getvalue(), err.getvalue()]
+    if text:
+        streams = [stream.decode("utf-8", errors="replace") for stream in streams]
+    return subprocess.CompletedProcess(["seq2seq", *args], code or 0, *streams)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit 2, one `seq2seq: error:` line naming every fragment, no traceback, nothing on stdout."""
+    stderr = result.stderr.decode("utf-8", errors="replace")
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr
+    assert stderr.startswith("seq2seq: error: ") and stderr.count("\n") == 1 and stderr.endswith("\n"), stderr
+    for fragment in fragments:
+        assert fragment in stderr
+    assert result.stdout == b""
+    return stderr
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """sha256 of every file under `root` (following links), by relative path."""
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------
+# shared assertions: search, and the fused recurrences against autograd (CPU here, CUDA in test_cuda.py)
+
+
+def assert_search_is_batch_invariant(model: nn.Module, device: str) -> None:
+    """Beam search in fp32 on `device` gives each sentence the same n-best list searched alone as in batches
+    of several sizes, among other sentences in shuffled order."""
+    srcs = random_sources(16, seed=5, longest=15)
+    cfg = DecodeConfig(beam_size=4, nbest=2, precision="fp32")
+    alone = [translate_ids(model, [s], cfg, device)[0] for s in srcs]
+    order = list(range(len(srcs)))
+    random.Random(0).shuffle(order)
+    for budget in (16 * 4, 10_000):  # several batches, and everything in one batch
+        together = translate_ids(model, [srcs[i] for i in order], cfg, device, batch_tokens=budget)
+        for i, nbest in zip(order, together, strict=True):
+            assert [h.tokens for h in nbest] == [h.tokens for h in alone[i]]
+            # matrix kernels pick their blocking by row count, so the last float bits may differ
+            assert [h.score for h in nbest] == pytest.approx([h.score for h in alone[i]], rel=1e-5, abs=1e-6)
+
+
+def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tuple[list, list]:
+    """The decoder's loop outputs (s_{i-1}, c_i, alpha_i, s_T) and, for a fixed random weighting of all of
+    them, the gradients of every parameter and of the encoder output and embeddings fed to the loop."""
+    monkeypatch.setattr(fused, "applies", lambda decoder: use_fused)
+    decoder = model.decoder
+    enc = model.encode(src, lengths)
+    embedded = decoder.embed(tgt_in)
+    leaves = [enc.keys, enc.annotations, embedded]
+    for leaf in leaves:
+        leaf.retain_grad()
+    outputs = loop_outputs(decoder._recur(enc, decoder.init(enc), embedded))
+    generator = torch.Generator().manual_seed(3)
+    total = sum((out * torch.randn(out.shape, generator=generator).to(out)).sum() for out in outputs)
+    total.backward()
+    grads = [leaf.grad for leaf in leaves] + [p.grad for _, p in sorted(model.named_parameters())]
+    return outputs, grads
+
+
+def loop_outputs(recurred: tuple) -> list:
+    """RNNsearch's (s, c_i, alpha_i) or Luong's (h~_t, a_t), then the final state's hidden and (Luong, and
+    RNNsearch's update_then_attend) feed."""
+    *tensors, state = recurred
+    return [*tensors, state.hidden] + ([state.feed] if state.feed is not None else [])
+
+
+def assert_as_accurate(
+    fused_errors: list, autograd_errors: list, largest: float, slack: float, ratio: float
+) -> None:
+    """Each fused error at most `ratio` x the step-by-step code's + `slack`, and those below `largest`.
+
+    The two codes round differently, so their errors are independent draws of about the same size, and a
+    wrong formula gives errors of order 1. For a gradient of few elements that are sums of cancelling terms
+    (the key projection's bias: its gradient sums d keys over positions whose softmax gradients sum to 0)
+    one draw can be twice the other.
+    """
+    assert max(autograd_errors) < largest
+    for got, reference in zip(fused_errors, autograd_errors, strict=True):
+        assert got <= ratio * reference + slack
+
+
+def errors_against_float64(variant: tuple, device: str, bf16: bool, monkeypatch) -> tuple[list, list]:
+    """The relative errors (norm of the difference / norm) of every output and gradient of `recurrence`, run
+    on `device` in fp32 or under bf16 autocast, against the step-by-step code in float64: the fused code's
+    and the step-by-step code's."""
+    src, lengths, tgt_in = batch()
+    src, tgt_in = src.to(device), tgt_in.to(device)
+    exact_model = tiny_model(*variant).double().train().to(device)
+    exact = recurrence(exact_model, src, lengths, tgt_in, False, monkeypatch)
+    errors = []
+    for use_fused in (True, False):
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=bf16):
+            model = tiny_model(*variant).train().to(device)
+            outputs, grads = recurrence(model, src, lengths, tgt_in, use_fused, monkeypatch)
+        errors.append(
+            [
+                ((got.double() - want).norm() / want.norm()).item()
+                for got, want in zip(outputs + grads, exact[0] + exact[1], strict=True)
+                if want is not None
+            ]
+        )
+    return errors[0], errors[1]
+
+
+def assert_compiled_attention_equals_eager(device: str, monkeypatch) -> None:
+    """The fused training loop's outputs and gradients, and beam search's n-best lists, of a float64
+    RNNsearch on `device` are the same with the attention kernels compiled as run eagerly."""
+    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch").double().train().to(device)
+    src, lengths, tgt_in = batch()
+    src, tgt_in = src.to(device), tgt_in.to(device)
+    runs, searches = [], []
+    for compiled in (True, False):
+        model.compile_attention(compiled)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(5)  # the same dropout masks
+        runs.append(recurrence(model, src, lengths, tgt_in, True, monkeypatch))
+        with torch.no_grad():
+            searches.append(beam_search(model.eval(), src, lengths, DecodeConfig(beam_size=3, nbest=3)))
+        model.train()
+    (outputs, grads), (want_outputs, want_grads) = runs
+    for got, want in zip(outputs + grads, want_outputs + want_grads, strict=True):
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    assert grads[0][1, 3:].abs().sum() == 0  # padding still gets no gradient
+    for got, want in zip(*searches, strict=True):
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# evaluation corpora
+
+EVAL_VOCAB = [f"w{i}" for i in range(300)]
+
+
+def corpus(
+    size: int, seed: int, noise: float = 0.3, max_words: int = 80
+) -> tuple[list[str], list[str], list[str]]:
+    """Sources, references (the source upper-cased: a perfect 'translation') and noisy hypotheses."""
+    rng = random.Random(seed)
+    sources, references, hypotheses = [], [], []
+    for _ in range(size):
+        words = [rng.choice(EVAL_VOCAB) for _ in range(rng.randint(1, max_words))]
+        target = [word.upper() for word in words]
+        sources.append(" ".join(words))
+        references.append(" ".join(target))
+        hypotheses.append(
+            " ".join(
+                w if rng.random() > noise else rng.choice(EVAL_VOCAB).upper()
+                for w in target
+                if rng.random() > noise / 3
+            )
+        )
+    return sources, references, hypotheses
+
+
+def noisy(references: list[str], noise: float, seed: int) -> list[str]:
+    """Each reference with a `noise` share of its words replaced and a third as many dropped."""
+    rng = random.Random(seed)
+    return [
+        " ".join(
+            word if rng.random() > noise else f"X{rng.randrange(300)}"
+            for word in line.split()
+            if rng.random() > noise / 3
+        )
+        for line in references
+    ]
