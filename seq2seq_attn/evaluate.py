@@ -95,19 +95,20 @@ def load_systems(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> lis
 def parse_edges(text: str, option: str = "eval.buckets") -> list[int]:
     """'0,10,20' -> [0, 10, 20] (then validated by `check_edges`); `option` names the text in errors."""
     try:
-        return check_edges([int(part) for part in text.split(",")])
+        edges = [int(part) for part in text.split(",")]
     except ValueError:
         raise UserError(
             f"{option} {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30"
         ) from None
+    return check_edges(edges, option)
 
 
-def check_edges(edges: Sequence[int]) -> list[int]:
+def check_edges(edges: Sequence[int], option: str = "eval.buckets") -> list[int]:
     edges = list(edges)
     if not edges or edges[0] != 0 or any(low >= high for low, high in pairwise(edges)):
         raise UserError(
             f"bucket edges {edges}: expected strictly increasing word counts starting at 0, e.g. 0,10,20 "
-            "(eval.buckets)"
+            f"({option})"
         )
     return edges
 

@@ -233,7 +233,7 @@ def test_section_shape_and_figures():
     assert section["baseline"]["sentences"] == 2
     (figure,) = section["figures"]
     assert figure["title"].startswith("sentence 1:") and figure["svg"].startswith("<svg")
-    with pytest.raises(UserError, match="--sentences 3"):
+    with pytest.raises(UserError, match="sentence 3 to draw"):
         alignment_section(corpus, scores, figures=[3])
     json.dumps(section)  # JSON-able
 

@@ -242,7 +242,7 @@ CASES = [
     case(
         "resume-without-checkpoint",
         lambda t, g: train(t, g, "--resume"),
-        "--resume given but the run has no checkpoint",
+        "cannot resume: the run has no checkpoint",
         "latest.pt",
     ),
     case(

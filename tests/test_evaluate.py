@@ -69,8 +69,10 @@ def test_bad_bucket_edges_are_user_errors(edges):
 
 def test_parse_edges():
     assert parse_edges("0,5,50") == [0, 5, 50]
-    with pytest.raises(UserError, match="--buckets"):
+    with pytest.raises(UserError, match="eval.buckets '0,ten': expected comma-separated whole numbers"):
         parse_edges("0,ten")
+    with pytest.raises(UserError, match=r"bucket edges \[0, 20, 10\]: .* \(--buckets\)"):
+        parse_edges("0,20,10", "--buckets")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def test_every_pair_or_each_against_the_baseline_in_every_bucket():
     assert against_c == {("A", "C"), ("B", "C")}
     a_vs_c = report["comparisons"][1]["rows"]
     assert all(row["significant"] and row["p_value"] < 0.05 and row["ci_low"] > 0 for row in a_vs_c)
-    with pytest.raises(UserError, match=r"--baseline 'D': no system has that label \(labels: A, B, C\)"):
+    with pytest.raises(UserError, match=r"baseline 'D': no system has that label \(labels: A, B, C\)"):
         bucketed_report(baseline="D")
 
 

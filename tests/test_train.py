@@ -181,7 +181,7 @@ def test_resume_is_refused_when_vocabulary_or_model_changed(workdir):
 
 
 def test_resume_flag_without_checkpoint_is_an_error(workdir):
-    with pytest.raises(UserError, match="--resume given but the run has no checkpoint"):
+    with pytest.raises(UserError, match="cannot resume: the run has no checkpoint"):
         train_module.train(config_of(workdir), resume=True)
 
 
