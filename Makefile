@@ -37,7 +37,7 @@ demo: install
 	$(BIN)/python scripts/reproduce.py --out runs/demo --parallel --criteria \
 		--label RNNsearch --label RNNencdec configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml
 
-# Any line-aligned corpus with {train,valid,test}.{$(SRC),$(TGT)}[.gz]; defaults fit ../shared/corpora/en-fr.
+# Any line-aligned corpus with {train,valid,test}.{$(SRC),$(TGT)} (the train files may be .gz); defaults fit ../shared/corpora/en-fr.
 # REPRO_ARGS adds overrides for both models, e.g. REPRO_ARGS="--set train.max_minutes=20 --set model.hidden_size=256"
 CORPUS ?= ../shared/corpora/en-fr
 SRC ?= en
@@ -56,7 +56,7 @@ reproduce-wmt14: install
 		--label RNNencdec-30 --label RNNencdec-50 --label RNNsearch-30 --label RNNsearch-50 \
 		configs/rnnencdec30.yaml configs/rnnencdec50.yaml configs/rnnsearch30.yaml configs/rnnsearch50.yaml
 
-# Ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1 -> benchmarks/results/side_by_side.md and .json.
+# Ours side by side with JoeyNMT 2.3.0 and OpenNMT-py 3.5.1; each run writes benchmarks/results/side_by_side.md and .json.
 # Peers are pip-installed on first use into .bench/venvs/ (benchmarks/README.md). BENCH_ARGS="--corpus DIR --reps 1"
 bench: install
 	$(BIN)/python -m benchmarks.bench $(BENCH_ARGS)
