@@ -8,6 +8,7 @@ does for conftest.py, which holds the fixtures built from these helpers. No test
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
 import itertools
 import json
@@ -589,3 +590,11 @@ def noisy(references: list[str], noise: float, seed: int) -> list[str]:
         )
         for line in references
     ]
+
+
+def load_script(name: str):
+    """scripts/<name>.py as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

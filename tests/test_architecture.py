@@ -4,20 +4,14 @@ docs/architecture.md shows the current import graph (scripts/architecture.py).""
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
+
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("architecture", ROOT / "scripts" / "architecture.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-architecture = load_script()
+architecture = load_script("architecture")
 LAYERS = architecture.code_map(architecture.README.read_text(encoding="utf-8"))
 GRAPH = architecture.import_graph()
 

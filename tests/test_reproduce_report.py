@@ -4,22 +4,14 @@ RNNencdec significantly."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 
-from helpers import noisy
+from helpers import load_script, noisy
 
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.evaluate import System, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "scripts" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_summary_names_the_buckets_where_attention_wins_significantly():
@@ -33,7 +25,7 @@ def test_summary_names_the_buckets_where_attention_wins_significantly():
     config = EvalConfig(buckets=[0, 10, 20], bootstrap=200)
     report = evaluate(systems, references, sources, by_length=True, config=config)
 
-    reproduce = load_reproduce()
+    reproduce = load_script("reproduce")
     finding = reproduce.significance_finding(report, "RNNsearch", "RNNencdec")
     assert finding == (
         "RNNsearch beats RNNencdec significantly (paired-bs, p < 0.05) in the buckets 10-20, 20+; "
@@ -57,4 +49,4 @@ def test_the_criteria_read_the_rows_of_all_sentences_only():
         for bleu in [bleu + offset]
     ]
     report = {"systems": [{"label": "S", "rows": rows}]}
-    assert load_reproduce()._bleu_by_bucket(report, "S") == {"0-10": 20.0, "10-20": 5.0}
+    assert load_script("reproduce")._bleu_by_bucket(report, "S") == {"0-10": 20.0, "10-20": 5.0}
