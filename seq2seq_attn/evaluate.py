@@ -42,6 +42,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Score
 
+from .bleu import bleu_metric
 from .bootstrap import (
     ALPHA,
     CONFIDENCE,
@@ -215,7 +216,7 @@ class Scorers:
     def __init__(self, references: Sequence[str], moses_lang: str | None = None) -> None:
         self.moses_lang = moses_lang
         self.metrics: dict[str, BLEU | CHRF] = {
-            "bleu": BLEU(references=[list(references)]),
+            "bleu": bleu_metric(references),
             "chrf": CHRF(references=[list(references)]),
         }
         if moses_lang:

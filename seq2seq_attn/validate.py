@@ -10,10 +10,10 @@ import dataclasses
 import itertools
 
 import numpy as np
-import sacrebleu
 import torch
 
 from .batching import collate, cut_batches, length_order
+from .bleu import bleu_metric
 from .cache import load_cache
 from .config import Config
 from .io import read_lines
@@ -60,4 +60,4 @@ def _dev_bleu(model, cache, count: int, config: Config, vocab: Vocab, device: to
     decode = dataclasses.replace(config.decode, beam_size=config.train.valid_beam, nbest=1)
     hypotheses = translate_ids(model, sources, decode, device)
     texts = [vocab.decode_tgt(nbest[0].tokens) for nbest in hypotheses]
-    return sacrebleu.corpus_bleu(texts, [references]).score
+    return bleu_metric(references).corpus_score(texts, None).score
