@@ -37,17 +37,21 @@ demo: install
 	$(BIN)/python scripts/reproduce.py --out runs/demo --parallel --criteria \
 		--label RNNsearch --label RNNencdec configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml
 
-# Any line-aligned corpus with {train,valid,test}.{$(SRC),$(TGT)} (the train files may be .gz); defaults fit ../shared/corpora/en-fr.
-# REPRO_ARGS adds overrides for both models, e.g. REPRO_ARGS="--set train.max_minutes=20 --set model.hidden_size=256"
+# Any line-aligned corpus in CORPUS: {train,valid,test}.{$(SRC),$(TGT)}, each plain or .gz. A corpus of one
+# file pair (train.* only) gets its dev and test sets held out of it (data.local.hold_out in the configs).
+# Defaults fit ../shared/corpora/en-fr. REPRO_ARGS adds overrides for both models, e.g.
+# REPRO_ARGS="--set train.max_minutes=20 --set model.hidden_size=256"; the report goes to LOCAL_OUT.
 CORPUS ?= ../shared/corpora/en-fr
+LOCAL_OUT ?= runs/local
 SRC ?= en
 TGT ?= fr
-LOCAL_SET = --set data.local.train.src=$(abspath $(CORPUS))/train.$(SRC)$(if $(wildcard $(CORPUS)/train.$(SRC).gz),.gz) \
-	--set data.local.train.tgt=$(abspath $(CORPUS))/train.$(TGT)$(if $(wildcard $(CORPUS)/train.$(TGT).gz),.gz) \
-	--set data.local.valid.src=$(abspath $(CORPUS))/valid.$(SRC) --set data.local.valid.tgt=$(abspath $(CORPUS))/valid.$(TGT) \
-	--set data.local.test.src=$(abspath $(CORPUS))/test.$(SRC) --set data.local.test.tgt=$(abspath $(CORPUS))/test.$(TGT)
+corpus_file = $(abspath $(firstword $(wildcard $(CORPUS)/$(1) $(CORPUS)/$(1).gz)))
+split_set = $(if $(call corpus_file,$(1).$(SRC))$(call corpus_file,$(1).$(TGT)),--set data.local.$(1).src=$(call corpus_file,$(1).$(SRC)) --set data.local.$(1).tgt=$(call corpus_file,$(1).$(TGT)))
+LOCAL_SET = $(foreach split,train valid test,$(call split_set,$(split)))
+
 reproduce-local: install
-	$(BIN)/python scripts/reproduce.py --out runs/local --parallel $(LOCAL_SET) $(REPRO_ARGS) \
+	$(if $(call corpus_file,train.$(SRC)),,$(error CORPUS=$(CORPUS): no train.$(SRC) or train.$(SRC).gz there))
+	$(BIN)/python scripts/reproduce.py --out $(LOCAL_OUT) --parallel $(LOCAL_SET) $(REPRO_ARGS) \
 		--label RNNsearch --label RNNencdec configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml
 
 # The paper's four models on WMT'14 En->Fr from Hugging Face (newstest2014 by length). Needs network and GPUs.

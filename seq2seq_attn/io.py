@@ -14,6 +14,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -106,16 +107,35 @@ def open_binary(path: str | Path) -> IO[bytes]:
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
-    """Yield the lines of a UTF-8 text file (or .gz) without line endings.
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as Windows editors write at the start of a file
 
-    Lines are decoded one by one so that invalid UTF-8 is reported with its exact line number.
+
+@dataclass
+class LineEnds:
+    """What `read_lines` cleaned off the text it read, for the manifest."""
+
+    crlf: int = 0  # lines that ended in \r\n (Windows line ends)
+    bom: int = 0  # files that began with a byte-order mark
+
+
+def read_lines(path: str | Path, cleaned: LineEnds | None = None) -> Iterator[str]:
+    """Yield the lines of a UTF-8 text file (or .gz) without line endings or a leading byte-order mark.
+
+    Lines are decoded one by one so that invalid UTF-8 is reported with its exact line number. Pass
+    `cleaned` to count the Windows line ends and byte-order marks that were removed.
     """
     with open_binary(path) as handle:
         number = 0
         try:
             for number, raw in enumerate(handle, start=1):  # noqa: B007
-                yield raw.decode("utf-8").rstrip("\r\n")
+                line = raw.decode("utf-8")
+                if number == 1 and line.startswith(BOM):
+                    line = line[1:]
+                    if cleaned is not None:
+                        cleaned.bom += 1
+                if cleaned is not None and line.endswith("\r\n"):
+                    cleaned.crlf += 1
+                yield line.rstrip("\r\n")
         except UnicodeDecodeError as err:
             raise UserError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
         except (OSError, EOFError) as err:  # truncated or corrupt .gz

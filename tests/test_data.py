@@ -131,6 +131,8 @@ def test_cleaning_rules_count_exactly(tmp_path, clean, kept, normalized, dropped
         "cleaned": True,
         "normalized": normalized,
         "dropped": dropped,
+        "crlf_lines": 0,
+        "byte_order_marks": 0,
     }
     assert counts["read"] - counts["kept"] == sum(dropped.values())
     squash = clean.get("normalize_whitespace", True)
@@ -145,9 +147,88 @@ def test_cleaning_leaves_valid_and_test_intact_by_default(tmp_path, splits, vali
     clean = {"splits": splits} if splits else {}
     manifest = prepare(load_config(local_config(tmp_path, corpus, clean=clean))).manifest
     assert prepared_pairs(tmp_path / "out", "test") == odd
-    assert manifest["splits"]["test"] == {"read": 2, "kept": 2, "cleaned": False}
+    assert manifest["splits"]["test"] == {
+        "read": 2,
+        "kept": 2,
+        "cleaned": False,
+        "crlf_lines": 0,
+        "byte_order_marks": 0,
+    }
     valid = prepared_pairs(tmp_path / "out", "valid")
     assert valid == ([("spaced out", "espacé")] if valid_cleaned else odd)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a corpus of one file pair: dev and test sets held out of it
+
+# 40 distinct sources, the first 10 of them twice more with other targets: 60 lines
+ONE_PAIR = [(f"sentence number {i}", f"phrase {i}") for i in range(40)] + [
+    (f"sentence number {i % 10}", f"variante {i}") for i in range(20)
+]
+
+
+def held_out_config(tmp_path: Path, valid: int, test: int, seed: int = 1, pairs=ONE_PAIR) -> Path:
+    section = local_files(tmp_path, {"train": pairs})
+    return write_config(
+        tmp_path,
+        {"source": "local", "local": {**section, "hold_out": {"valid": valid, "test": test, "seed": seed}}},
+    )
+
+
+def test_hold_out_is_deterministic_disjoint_and_recorded(tmp_path):
+    manifest = prepare(load_config(held_out_config(tmp_path, valid=5, test=7))).manifest
+    splits = {split: prepared_pairs(tmp_path / "out", split) for split in SPLITS}
+    assert (len(splits["valid"]), len(splits["test"])) == (5, 7)
+    held = {src for split in ("valid", "test") for src, _ in splits[split]}
+    assert len(held) == 12  # no source held out twice
+    assert not held & {src for src, _ in splits["train"]}  # no held-out source is a training source
+    same_source = sum(src in held for src, _ in ONE_PAIR) - 12  # lines sharing a drawn line's source
+    assert len(splits["train"]) == len(ONE_PAIR) - 12 - same_source
+    assert manifest["splits"]["train"]["held_out"] == {
+        "valid": 5,
+        "test": 7,
+        "seed": 1,
+        "same_source_removed": same_source,
+    }
+    assert manifest["splits"]["valid"]["held_out_of"] == "train"
+    assert manifest["source"]["hold_out"] == {"valid": 5, "test": 7, "seed": 1}
+    for split in ("valid", "test"):  # in file order, each pair as it was
+        assert splits[split] == [pair for pair in ONE_PAIR if pair in splits[split]]
+
+    again = tmp_path / "again"
+    again.mkdir()
+    prepare(load_config(held_out_config(again, valid=5, test=7)))
+    assert {split: prepared_pairs(again / "out", split) for split in SPLITS} == splits
+    reseeded = tmp_path / "reseeded"
+    reseeded.mkdir()
+    prepare(load_config(held_out_config(reseeded, valid=5, test=7, seed=2)))
+    assert prepared_pairs(reseeded / "out", "test") != splits["test"]
+
+
+def test_given_split_files_win_over_hold_out(tmp_path):
+    corpus = {"train": ONE_PAIR, "valid": CORPUS["valid"]}
+    section = local_files(tmp_path, corpus)
+    config = write_config(
+        tmp_path, {"source": "local", "local": {**section, "hold_out": {"valid": 5, "test": 3}}}
+    )
+    manifest = prepare(load_config(config)).manifest
+    assert prepared_pairs(tmp_path / "out", "valid") == CORPUS["valid"]
+    assert len(prepared_pairs(tmp_path / "out", "test")) == 3
+    assert (
+        manifest["splits"]["train"]["held_out"]["test"] == 3 and "valid" not in manifest["source"]["hold_out"]
+    )
+
+
+def test_crlf_line_ends_and_byte_order_marks_are_removed_and_counted(tmp_path):
+    config = local_config(tmp_path)
+    (tmp_path / "train.en").write_bytes("\ufeffthe cat\r\na dog runs\r\nhello\r\n".encode())
+    (tmp_path / "train.fr").write_bytes("\ufeffle chat\nun chien court\nbonjour\n".encode())
+    manifest = prepare(load_config(config)).manifest
+    assert prepared_pairs(tmp_path / "out", "train") == CORPUS["train"]
+    assert manifest["splits"]["train"]["crlf_lines"] == 3
+    assert manifest["splits"]["train"]["byte_order_marks"] == 2
+    result = run_cli("data", "prepare", str(config), "--force", cwd=tmp_path)
+    assert "train: removed 3 Windows line ends (CRLF) and 2 byte-order mark(s)" in result.stderr
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -190,6 +271,26 @@ def bad_tsv(tmp_path: Path) -> Path:
     return config
 
 
+def hold_out_too_large(tmp_path: Path) -> Path:
+    return held_out_config(tmp_path, valid=30, test=20)
+
+
+def no_valid_split(tmp_path: Path) -> Path:
+    return held_out_config(tmp_path, valid=0, test=5)
+
+
+def hold_out_invalid_utf8(tmp_path: Path) -> Path:
+    config = held_out_config(tmp_path, valid=5, test=5)
+    (tmp_path / "train.fr").write_bytes("".join(f"phrase {i}\n" for i in range(59)).encode() + b"\xe9t\xe9\n")
+    return config
+
+
+def hold_out_mismatched(tmp_path: Path) -> Path:
+    config = held_out_config(tmp_path, valid=5, test=5)
+    write_lines(tmp_path / "train.fr", [tgt for _, tgt in ONE_PAIR[:-1]])
+    return config
+
+
 @pytest.mark.parametrize(
     ("make", "fragments"),
     [
@@ -209,8 +310,31 @@ def bad_tsv(tmp_path: Path) -> Path:
         (empty_file, ["valid split: no sentence pairs in", "valid.en and"]),
         (missing_file, ["`data.local.train.tgt`:", "train.fr: file not found"]),
         (bad_tsv, ["test.tsv:2: expected source<TAB>target, found 1 field(s)"]),
+        (
+            hold_out_too_large,
+            [
+                "`data.local.hold_out`: valid 30 + test 20 pairs",
+                "train.en has only 40 distinct",
+                "(60 lines)",
+            ],
+        ),
+        (no_valid_split, ["`data.local.valid.src` and", "or set `data.local.hold_out.valid`"]),
+        (hold_out_invalid_utf8, ["train.fr:60: invalid UTF-8"]),
+        (hold_out_mismatched, ["train.en has 60 lines", "train.fr has 59 lines"]),
     ],
-    ids=["src-longer", "tgt-longer", "utf8", "empty-after-cleaning", "empty-input", "missing", "tsv-fields"],
+    ids=[
+        "src-longer",
+        "tgt-longer",
+        "utf8",
+        "empty-after-cleaning",
+        "empty-input",
+        "missing",
+        "tsv-fields",
+        "hold-out-too-large",
+        "no-valid-split",
+        "hold-out-utf8",
+        "hold-out-line-counts",
+    ],
 )
 def test_bad_input_is_one_line_error_and_keeps_previous_data(tmp_path, make, fragments):
     good = local_config(tmp_path, layout="tsv" if make is bad_tsv else "plain")

@@ -34,23 +34,45 @@ def test_make_reproduce_wmt14_runs_the_four_paper_models():
     assert "--label RNNencdec-30 --label RNNencdec-50 --label RNNsearch-30 --label RNNsearch-50" in line
 
 
-def test_make_reproduce_local_points_every_split_at_the_corpus(tmp_path):
-    for name in ("train.en.gz", "train.fr.gz", "valid.en", "valid.fr", "test.en", "test.fr"):
+LAYOUTS = {  # corpus files -> the split files reproduce-local names
+    "gz-train": ["train.en.gz", "train.fr.gz", "valid.en", "valid.fr", "test.en", "test.fr"],
+    "gz-every-split": [
+        "train.en.gz",
+        "train.fr.gz",
+        "valid.en.gz",
+        "valid.fr.gz",
+        "test.en.gz",
+        "test.fr.gz",
+    ],
+    "one-file-pair": ["train.en", "train.fr"],
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_make_reproduce_local_points_every_split_at_the_corpus(tmp_path, layout):
+    for name in LAYOUTS[layout]:
         (tmp_path / name).write_text("")
     line = reproduce_line(
         make_n("reproduce-local", f"CORPUS={tmp_path}", "REPRO_ARGS=--set train.max_minutes=1")
     )
-    for key, name in [
-        ("train.src", "train.en.gz"),
-        ("train.tgt", "train.fr.gz"),
-        ("valid.src", "valid.en"),
-        ("valid.tgt", "valid.fr"),
-        ("test.src", "test.en"),
-        ("test.tgt", "test.fr"),
-    ]:
-        assert f"--set data.local.{key}={tmp_path}/{name}" in line
+    keys = [f"{split}.{side}" for split in ("train", "valid", "test") for side in ("src", "tgt")]
+    named = dict(zip(keys, LAYOUTS[layout], strict=False))
+    for key in keys:  # a split without files is held out of train (data.local.hold_out in the configs)
+        if key in named:
+            assert f"--set data.local.{key}={tmp_path}/{named[key]}" in line
+    assert line.count("--set data.local.") == len(named)
     assert "--set train.max_minutes=1" in line
+    assert " --out runs/local " in line
     assert "configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml" in line
+
+
+def test_make_reproduce_local_without_training_files_is_a_one_line_error(tmp_path):
+    (tmp_path / "valid.en").write_text("")
+    result = subprocess.run(
+        ["make", "-n", "reproduce-local", f"CORPUS={tmp_path}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert f"CORPUS={tmp_path}: no train.en or train.en.gz there" in result.stderr
 
 
 def test_make_demo_runs_the_two_demo_configs_with_the_criteria():

@@ -32,6 +32,8 @@ def prepare_command(
     """
     prepared = prepare(load_config(config, overrides, SET), force=force)
     console.info(summary_table(prepared.manifest))
+    for note in reading_notes(prepared.manifest):
+        console.info(note)
     if prepared.redone:
         console.info(f"prepared {prepared.data_dir} (see {prepared.data_dir / MANIFEST})")
     else:
@@ -62,3 +64,21 @@ def summary_table(manifest: dict) -> str:
         )
         for row in rows
     )
+
+
+def reading_notes(manifest: dict) -> list[str]:
+    """One line per split on what reading changed besides cleaning: held-out sets, CRLF, byte-order marks."""
+    notes = []
+    for split, counts in manifest["splits"].items():
+        if held := counts.get("held_out"):
+            sizes = ", ".join(f"{held[name]:,} for {name}" for name in ("valid", "test") if name in held)
+            notes.append(
+                f"{split}: held out {sizes} (seed {held['seed']}); removed {held['same_source_removed']:,} "
+                "training pairs whose source sentence is also a held-out one"
+            )
+        if counts.get("crlf_lines") or counts.get("byte_order_marks"):
+            notes.append(
+                f"{split}: removed {counts['crlf_lines']:,} Windows line ends (CRLF) and "
+                f"{counts['byte_order_marks']} byte-order mark(s)"
+            )
+    return notes

@@ -80,12 +80,30 @@ class SplitFiles:
 
 
 @dataclass
+class HoldOutConfig:
+    """Dev and test sets drawn out of the training files, for a corpus that comes as one file pair."""
+
+    valid: int = option(
+        0, "Pairs held out of the training files as the dev set when `valid` names no files (0: none).", ge=0
+    )
+    test: int = option(
+        0, "Pairs held out of the training files as the test set when `test` names no files (0: none).", ge=0
+    )
+    seed: int = option(1, "Seed of the draw: the same files, sizes and seed give the same split.")
+
+
+@dataclass
 class LocalConfig:
     """Line-aligned plain-text corpus files on disk."""
 
     train: SplitFiles = section(SplitFiles, "Training split.")
-    valid: SplitFiles = section(SplitFiles, "Validation (dev) split.")
-    test: SplitFiles = section(SplitFiles, "Test split.")
+    valid: SplitFiles = section(SplitFiles, "Validation (dev) split; or drawn from train, see hold_out.")
+    test: SplitFiles = section(SplitFiles, "Test split; or drawn from train, see hold_out.")
+    hold_out: HoldOutConfig = section(
+        HoldOutConfig,
+        "For a split whose files are not given: how many training pairs to hold out for it. Training "
+        "pairs whose source sentence is also a held-out source are removed (counted in the manifest).",
+    )
 
 
 @dataclass

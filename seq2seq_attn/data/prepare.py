@@ -67,7 +67,7 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
             )
             cleaner = Cleaner(config.data.clean) if split in config.data.clean.splits else None
             pairs = progress(source.read(split), desc=f"prepare {split}", unit=" pairs", unit_scale=True)
-            splits[split] = write_split(pairs, src_out, tgt_out, cleaner)
+            splits[split] = write_split(pairs, src_out, tgt_out, cleaner) | source.found.get(split, {})
             check_not_empty(splits[split], split, source.origin(split))
 
     manifest = {

@@ -7,16 +7,19 @@ Nothing here holds a corpus in memory, so a multi-million-pair corpus streams th
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import random
+from array import array
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..config import DataConfig, HuggingFaceConfig, SplitFiles, to_dict
 from ..constants import SPLITS
 from ..errors import UserError
-from ..io import read_lines
+from ..io import LineEnds, read_lines
 from .synthetic import generate_split
 
 Pair = tuple[str, str]
@@ -30,6 +33,7 @@ class Source:
     inputs: list[Path]  # files whose size and mtime enter the fingerprint
     read: Callable[[str], Iterator[Pair]]  # split name -> stream of (source, target)
     origin: Callable[[str], str]  # split name -> where its pairs come from, for messages
+    found: dict[str, dict[str, Any]] = field(default_factory=dict)  # split -> what reading it cleaned
 
 
 def open_source(data: DataConfig) -> Source:
@@ -43,37 +47,76 @@ def open_source(data: DataConfig) -> Source:
 
 
 def _local_source(data: DataConfig) -> Source:
-    files = {split: _split_files(getattr(data.local, split), f"data.local.{split}") for split in SPLITS}
+    local = data.local
+    files = {split: _split_files(getattr(local, split), f"data.local.{split}") for split in SPLITS}
+    held = {
+        split: getattr(local.hold_out, split)
+        for split in HELD_OUT_SPLITS
+        if not files[split] and getattr(local.hold_out, split)
+    }
+    _check_every_split(files, held)
+    found: dict[str, dict[str, Any]] = {}
+    hold_out = HoldOut(files["train"], held, local.hold_out.seed, found) if held else None
+
+    def read(split: str) -> Iterator[Pair]:
+        if hold_out is not None and (split == "train" or split in held):
+            return hold_out.read(split)
+        return read_files(files[split], found.setdefault(split, {}))
+
     return Source(
         description={
             "type": "local",
-            "files": {split: [str(p) for p in paths] for split, paths in files.items()},
+            "files": {split: [str(p) for p in paths] for split, paths in files.items() if paths},
+            **({"hold_out": {**held, "seed": local.hold_out.seed}} if held else {}),
         },
         inputs=[path for paths in files.values() for path in paths],
-        read=lambda split: read_tsv(*files[split]) if len(files[split]) == 1 else read_aligned(*files[split]),
-        origin=lambda split: " and ".join(str(path) for path in files[split]),
+        read=read,
+        origin=lambda split: " and ".join(str(path) for path in files[split] or files["train"]),
+        found=found,
     )
 
 
+HELD_OUT_SPLITS = ("valid", "test")  # the splits `data.local.hold_out` can draw from the training files
+
+
 def _split_files(split: SplitFiles, key: str) -> tuple[Path, ...]:
-    """(tsv,) or (src, tgt) of one split, each checked to exist so a typo fails before any work."""
+    """(tsv,) or (src, tgt) of one split, or () when unset; each file checked to exist, before any work."""
     if split.tsv and (split.src or split.tgt):
         raise UserError(f"`{key}`: give either `tsv` or `src` and `tgt`, not both")
     if split.tsv:
         named = {"tsv": split.tsv}
     elif split.src and split.tgt:
         named = {"src": split.src, "tgt": split.tgt}
+    elif split.src or split.tgt:
+        missing = "tgt" if split.src else "src"
+        raise UserError(f"`{key}.{missing}` must be set too: a split is a source and a target file")
     else:
-        raise UserError(f"`{key}.src` and `{key}.tgt` (or `{key}.tsv`) must be set for data.source: local")
+        return ()
     for name, path in named.items():
         if not Path(path).is_file():
             raise UserError(f"`{key}.{name}`: {path}: file not found")
     return tuple(Path(path) for path in named.values())
 
 
-def read_aligned(src_path: Path, tgt_path: Path) -> Iterator[Pair]:
+def _check_every_split(files: dict[str, tuple[Path, ...]], held: dict[str, int]) -> None:
+    """Each split is read from its files or held out of the training files."""
+    for split in SPLITS:
+        if not files[split] and not held.get(split):
+            key = f"data.local.{split}"
+            hint = f", or set `data.local.hold_out.{split}` to draw it from train" if split != "train" else ""
+            raise UserError(f"`{key}.src` and `{key}.tgt` (or `{key}.tsv`) must be set{hint}")
+
+
+def read_files(paths: tuple[Path, ...], found: dict[str, Any]) -> Iterator[Pair]:
+    """Pairs of one split from its (src, tgt) or (tsv,) files; what was cleaned off is counted in `found`."""
+    cleaned = LineEnds()
+    yield from read_tsv(*paths, cleaned) if len(paths) == 1 else read_aligned(*paths, cleaned)
+    found.update(crlf_lines=cleaned.crlf, byte_order_marks=cleaned.bom)
+
+
+def read_aligned(src_path: Path, tgt_path: Path, cleaned: LineEnds | None = None) -> Iterator[Pair]:
     """Pairs from two line-aligned files; a line-count mismatch names both files and both counts."""
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    src_lines, tgt_lines = read_lines(src_path, cleaned), read_lines(tgt_path, cleaned)
     for number, (src, tgt) in enumerate(itertools.zip_longest(src_lines, tgt_lines), start=1):
         if src is None or tgt is None:  # one file ended: count the rest of the other for the message
             rest = sum(1 for _ in (tgt_lines if src is None else src_lines))
@@ -86,13 +129,84 @@ def read_aligned(src_path: Path, tgt_path: Path) -> Iterator[Pair]:
         yield src, tgt
 
 
-def read_tsv(path: Path) -> Iterator[Pair]:
+def read_tsv(path: Path, cleaned: LineEnds | None = None) -> Iterator[Pair]:
     """Pairs from `source<TAB>target` lines; any other number of fields is an error at that line."""
-    for number, line in enumerate(read_lines(path), start=1):
+    for number, line in enumerate(read_lines(path, cleaned), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise UserError(f"{path}:{number}: expected source<TAB>target, found {len(fields)} field(s)")
         yield fields[0], fields[1]
+
+
+class HoldOut:
+    """Dev and test sets drawn at random out of the training files (`data.local.hold_out`).
+
+    A first pass reads the training pairs and keeps an 8-byte digest of each source sentence (white
+    space normalised). Then `seed` draws line numbers, skipping pairs with an empty side and sources
+    already drawn, so no source sentence is held out twice. Reading "train" afterwards skips the drawn
+    lines and every other line whose source is a held-out source: no dev or test source is also a
+    training source. Reading a held-out split yields its pairs in file order.
+    """
+
+    def __init__(self, train: tuple[Path, ...], sizes: dict[str, int], seed: int, found: dict) -> None:
+        self.train, self.sizes, self.seed, self.found = train, sizes, seed, found
+        self._lines: dict[str, set[int]] | None = None  # split -> drawn line numbers (0-based)
+        self._sources: set[int] = set()  # digests of the held-out sources
+
+    def read(self, split: str) -> Iterator[Pair]:
+        lines = self._draw()
+        if split != "train":
+            self.found[split] = {"held_out_of": "train"}
+            pairs = read_files(self.train, {})  # line ends are counted when train is read
+            return (pair for number, pair in enumerate(pairs) if number in lines[split])
+        pairs = read_files(self.train, self.found.setdefault(split, {}))
+        return self._training_pairs(pairs, set().union(*lines.values()))
+
+    def _training_pairs(self, pairs: Iterator[Pair], drawn: set[int]) -> Iterator[Pair]:
+        removed = 0
+        for number, pair in enumerate(pairs):
+            if number in drawn:
+                continue
+            if _source_digest(pair) in self._sources:
+                removed += 1
+                continue
+            yield pair
+        self.found["train"]["held_out"] = {**self.sizes, "seed": self.seed, "same_source_removed": removed}
+
+    def _draw(self) -> dict[str, set[int]]:
+        if self._lines is not None:
+            return self._lines
+        digests = array("Q", (_source_digest(pair) for pair in read_files(self.train, {})))
+        wanted = sum(self.sizes.values())
+        eligible = len(set(digests) - {EMPTY})
+        if wanted >= eligible:
+            sizes = " + ".join(f"{split} {size}" for split, size in self.sizes.items())
+            raise UserError(
+                f"`data.local.hold_out`: {sizes} pairs to hold out, but {self.train[0]} has only {eligible} "
+                f"distinct non-empty source sentences ({len(digests)} lines); hold out fewer"
+            )
+        rng, drawn = random.Random(self.seed), []
+        while len(drawn) < wanted:
+            number = rng.randrange(len(digests))
+            if digests[number] != EMPTY and digests[number] not in self._sources:
+                self._sources.add(digests[number])
+                drawn.append(number)
+        self._lines, start = {}, 0
+        for split, size in self.sizes.items():
+            self._lines[split] = set(drawn[start : start + size])
+            start += size
+        return self._lines
+
+
+EMPTY = 0  # the digest of a pair with an empty side: never held out
+
+
+def _source_digest(pair: Pair) -> int:
+    src, tgt = pair
+    if not src.strip() or not tgt.strip():
+        return EMPTY
+    digest = hashlib.blake2b(" ".join(src.split()).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") or 1
 
 
 # ----------------------------------------------------------------------------------------------------------
