@@ -12,6 +12,7 @@ from helpers import corpus, run_main
 from sacrebleu.metrics import BLEU
 from typer.testing import CliRunner
 
+from seq2seq_attn.bleu import bleu_metric
 from seq2seq_attn.bootstrap import bleu_scores, sentence_stats
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
@@ -328,3 +329,13 @@ def test_cli_errors_are_one_line_with_exit_code_2(files, args, message):
     assert result.returncode == 2
     assert stderr.startswith("seq2seq: error: ") and message in stderr
     assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr
+
+
+def test_sacrebleu_detokenisation_warning_only_where_the_references_are_detokenised(caplog):
+    hypotheses = [f"the word {i} ." for i in range(120)]
+    with caplog.at_level("WARNING", logger="sacrebleu"):
+        tokenised = bleu_metric(hypotheses).corpus_score(hypotheses, None)  # the corpus is written so
+        assert "forgot to detokenize" not in caplog.text
+        detokenised = bleu_metric([f"the word {i}." for i in range(120)]).corpus_score(hypotheses, None)
+        assert "forgot to detokenize" in caplog.text
+    assert tokenised.score == pytest.approx(100.0) and detokenised.score < 99.0
