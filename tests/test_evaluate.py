@@ -338,4 +338,4 @@ def test_sacrebleu_detokenisation_warning_only_where_the_references_are_detokeni
         assert "forgot to detokenize" not in caplog.text
         detokenised = bleu_metric([f"the word {i}." for i in range(120)]).corpus_score(hypotheses, None)
         assert "forgot to detokenize" in caplog.text
-    assert tokenised.score == pytest.approx(100.0) and detokenised.score < 99.0
+    assert tokenised.score == detokenised.score == pytest.approx(100.0)  # sacrebleu splits the period
