@@ -25,12 +25,19 @@ def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) ->
         )
 
 
-def loss_divisor(batch: Batch, loss_norm: str) -> int:
+def loss_divisor(batch: Batch, loss_norm: str, world_size: int = 1) -> float:
     """What an update divides the batch's summed loss by before backward (`train.loss_norm`).
 
-    tokens: the target tokens, so the gradient is that of the mean token loss. sentences: the sentences,
-    as the RNNsearch authors' code (GroundHog) did: each sentence's loss summed over its tokens, averaged
-    over sentences. The two gradients differ by the batch's target tokens per sentence, which matters
-    with Adadelta and norm clipping: steps of small gradients scale with them (see docs/model.md).
+    tokens: the target tokens, so the gradient is that of the mean token loss. sentences: the sentences:
+    each sentence's loss summed over its tokens, averaged over sentences. batch: nothing, the plain sum
+    over every target token of the batch, as the RNNsearch authors' code trained (GroundHog flattens the
+    readout to (tokens, dim) before its SoftmaxLayer, whose cost is then `cost.sum()`): the gradient is
+    about the batch's target tokens times that of `tokens`, which with clipping to norm 1 means that
+    nearly every update is clipped (docs/model.md). Under DDP, which averages the ranks' gradients, `batch`
+    divides by 1 / world_size, so the update is that of the sum over the whole global batch.
     """
-    return batch.n_tokens if loss_norm == "tokens" else batch.src.size(0)
+    if loss_norm == "tokens":
+        return batch.n_tokens
+    if loss_norm == "sentences":
+        return batch.src.size(0)
+    return 1 / world_size

@@ -60,14 +60,19 @@ class WindowStats:
     padding: float  # share of padded positions among source + target positions
     skipped: int  # updates skipped for a non-finite loss or gradient
     bad_run: int  # consecutive skipped updates up to now (may span several windows)
+    grad_norm: float  # mean gradient norm before clipping, over the updates not skipped
+    clipped: float  # share of the updates not skipped whose gradient was clipped (train.clip_norm)
 
 
 class Window:
     """The updates since the last log line. Losses and non-finite flags are 0-dim device tensors, so
     `add` never synchronises; `take` reads them (one synchronisation) and starts the next window."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, clip_norm: float = 0.0) -> None:
+        self.clip_norm = clip_norm if clip_norm > 0 else math.inf
         self.loss = torch.zeros((), device=device)
+        self.norm = torch.zeros((), device=device)  # summed pre-clip gradient norms of the kept updates
+        self.clipped = torch.zeros((), device=device)  # kept updates that were clipped
         self.tokens = torch.zeros((), device=device)  # target tokens of the updates not skipped
         self.skipped = torch.zeros((), device=device)
         self.bad_run = torch.zeros((), device=device)
@@ -77,15 +82,22 @@ class Window:
         self.loss.zero_()
         self.tokens.zero_()
         self.skipped.zero_()
-        self.all_tokens = self.real = self.padded = 0
+        self.norm.zero_()
+        self.clipped.zero_()
+        self.updates = self.all_tokens = self.real = self.padded = 0
         self.started = time.monotonic()
 
-    def add(self, batch: Batch, loss_sum: torch.Tensor, bad: torch.Tensor) -> None:
-        """Count one update: `loss_sum` its summed token loss, `bad` 1.0 when it was skipped, else 0.0."""
-        self.loss += loss_sum * (1 - bad)
-        self.tokens += batch.n_tokens * (1 - bad)
+    def add(self, batch: Batch, loss_sum: torch.Tensor, bad: torch.Tensor, norm: torch.Tensor) -> None:
+        """Count one update: `loss_sum` its summed token loss, `bad` 1.0 when it was skipped, else 0.0,
+        `norm` its gradient norm before clipping."""
+        kept = 1 - bad
+        self.loss += loss_sum * kept
+        self.tokens += batch.n_tokens * kept
+        self.norm += torch.nan_to_num(norm * kept, nan=0.0, posinf=0.0)
+        self.clipped += (norm > self.clip_norm).float() * kept
         self.skipped += bad
         self.bad_run = (self.bad_run + bad) * bad
+        self.updates += 1
         self.all_tokens += batch.n_tokens
         self.real += batch.n_tokens + int(batch.src_lengths.sum())
         self.padded += batch.n_padded
@@ -98,6 +110,8 @@ class Window:
             padding=1 - self.real / max(self.padded, 1),
             skipped=int(self.skipped.item()),
             bad_run=int(self.bad_run.item()),
+            grad_norm=self.norm.item() / max(self.updates - self.skipped.item(), 1.0),
+            clipped=self.clipped.item() / max(self.updates - self.skipped.item(), 1.0),
         )
         self._restart()
         return stats

@@ -196,14 +196,14 @@ class _Loop:
     def _train(self, stop_after: int | None) -> str | None:
         """Update, log, validate and checkpoint; return why training ended (None: after `stop_after`)."""
         cfg, progress = self.cfg, self.progress
-        window = Window(self.device)
+        window = Window(self.device, cfg.clip_norm)
         reason = self.out_of_budget()
         for updates_here, batch in enumerate(self.stream, start=1):
             if reason:
                 break
             rate = self.schedule.set_step(progress.step)
-            loss_sum, bad = self.update(batch.to(self.device))
-            window.add(batch, loss_sum, bad)
+            loss_sum, bad, norm = self.update(batch.to(self.device))
+            window.add(batch, loss_sum, bad, norm)
             progress.step += 1
             self.bar.update(1)
             if progress.step % cfg.log_every == 0:  # the only host-device synchronisation point
@@ -221,17 +221,18 @@ class _Loop:
 
     # -- one update -------------------------------------------------------------------------------------
 
-    def update(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
-        """One guarded update; returns (summed token loss, bad flag) as device tensors (no sync)."""
+    def update(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One guarded update; returns (summed token loss, bad flag, gradient norm before clipping) as
+        device tensors (no sync)."""
         self.net.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = batch_loss(self.net, batch, self.bf16, self.cfg.label_smoothing)
-        (loss_sum / loss_divisor(batch, self.cfg.loss_norm)).backward()
+        (loss_sum / loss_divisor(batch, self.cfg.loss_norm, self.ranks.world_size)).backward()
         max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         bad = (~(torch.isfinite(loss_sum) & torch.isfinite(norm))).float()
         step_optimizer(self.optimizer, bad, self.fused)
-        return loss_sum.detach(), bad
+        return loss_sum.detach(), bad, norm.detach()
 
     # -- logging, budgets and signals -------------------------------------------------------------------
 
@@ -259,9 +260,16 @@ class _Loop:
                 "padding": stats.padding,
                 "epoch": self.stream.epoch,
                 "skipped": self.progress.skipped_updates,
+                "grad_norm": stats.grad_norm,
+                "clipped": stats.clipped,
             }
         )
-        self.bar.set_postfix(loss=f"{stats.loss:.3f}", lr=f"{rate:.2e}", tok_s=f"{stats.tokens_per_s:.0f}")
+        self.bar.set_postfix(
+            loss=f"{stats.loss:.3f}",
+            lr=f"{rate:.2e}",
+            tok_s=f"{stats.tokens_per_s:.0f}",
+            clipped=f"{stats.clipped:.0%}",
+        )
         if stats.bad_run >= self.cfg.max_nonfinite:
             self.save_latest()
             raise UserError(

@@ -1,5 +1,5 @@
 """The training loss: the chunked vocabulary projection + cross-entropy equals the one-block computation;
-normalised by tokens or by sentences."""
+normalised by tokens, by sentences or not at all (the authors' sum), also across DDP ranks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from helpers import tiny_config
 from torch import nn
 from torch.nn import functional as F
 
-from seq2seq_attn.batching import collate
+from seq2seq_attn.batching import Batch, collate
 from seq2seq_attn.loss import batch_loss, loss_divisor
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.cross_entropy import summed_cross_entropy
@@ -106,23 +106,76 @@ def test_bf16_logits_are_summed_in_fp32() -> None:
     assert loss.item() == pytest.approx(reference(projection, features, targets, 0.0).item(), rel=0.02)
 
 
-def test_sentence_normalisation_scales_the_gradient_by_tokens_per_sentence() -> None:
-    """`train.loss_norm`: on one batch, the gradient with `sentences` is the gradient with `tokens` times
-    the batch's target tokens per sentence (EOS included), for every parameter."""
+def tiny_problem() -> tuple[nn.Module, list[np.ndarray], list[np.ndarray]]:
+    """A tiny RNNsearch and four sentence pairs of different lengths."""
     cfg = tiny_config(
-        model={"hidden_size": 8, "decoder_hidden_size": 8, "attention_dim": 8, "maxout_dim": 4}
+        model={
+            "hidden_size": 8,
+            "decoder_hidden_size": 8,
+            "attention_dim": 8,
+            "maxout_dim": 4,
+            "dropout_hidden": 0.0,
+        }
     ).model
     torch.manual_seed(0)
     model = build_model(cfg, VOCAB, VOCAB).train()
     rng = np.random.default_rng(0)
-    src = [rng.integers(4, VOCAB, n) for n in (5, 2, 7)]
-    tgt = [rng.integers(4, VOCAB, n) for n in (6, 3, 1)]
+    src = [rng.integers(4, VOCAB, n) for n in (5, 2, 7, 4)]
+    tgt = [rng.integers(4, VOCAB, n) for n in (6, 3, 1, 5)]
+    return model, src, tgt
+
+
+def gradients(model: nn.Module, batch: Batch, loss_norm: str, world_size: int = 1) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    (batch_loss(model, batch, bf16=False) / loss_divisor(batch, loss_norm, world_size)).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def test_the_three_normalisations_scale_one_gradient() -> None:
+    """`train.loss_norm` on one batch: `batch` is the plain sum's gradient, `sentences` that divided by
+    the sentences, `tokens` that divided by the target tokens (EOS included), for every parameter."""
+    model, src, tgt = tiny_problem()
     batch = collate(src, tgt)
-    grads = {}
-    for norm in ("tokens", "sentences"):
-        model.zero_grad(set_to_none=True)
-        (batch_loss(model, batch, bf16=False) / loss_divisor(batch, norm)).backward()
-        grads[norm] = [p.grad.clone() for p in model.parameters()]
-    assert batch.n_tokens == 6 + 3 + 1 + 3  # the targets and their EOS
-    for by_sentence, by_token in zip(grads["sentences"], grads["tokens"], strict=True):
-        torch.testing.assert_close(by_sentence, by_token * (13 / 3))
+    grads = {norm: gradients(model, batch, norm) for norm in ("tokens", "sentences", "batch")}
+    assert batch.n_tokens == 6 + 3 + 1 + 5 + 4  # the targets and their EOS
+    for summed, by_sentence, by_token in zip(
+        grads["batch"], grads["sentences"], grads["tokens"], strict=True
+    ):
+        torch.testing.assert_close(by_sentence, summed / 4)
+        torch.testing.assert_close(by_token, summed / 19)
+
+
+def _ddp_rank(rank: int, world_size: int, port: int, loss_norm: str, out: str) -> None:
+    """One rank of a gloo group: the model under DDP, this rank's half of the batch, one backward."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        model, src, tgt = tiny_problem()
+        half = [slice(0, 2), slice(2, 4)][rank]
+        part = collate(src[half], tgt[half])
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        grads = gradients(ddp, part, loss_norm, world_size)
+        if rank == 0:
+            torch.save(grads, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss_norm", ["batch", "sentences"])
+def test_two_ranks_with_half_batches_make_the_update_of_one_rank_with_the_whole(tmp_path, loss_norm) -> None:
+    """DDP averages the ranks' gradients: with the world-size scaling, `batch` is still the sum over the
+    whole global batch, and `sentences` its mean over the global batch's sentences (equal halves)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "grads.pt"
+    torch.multiprocessing.spawn(_ddp_rank, args=(2, port, loss_norm, str(out)), nprocs=2)
+    model, src, tgt = tiny_problem()
+    for two_ranks, one_rank in zip(
+        torch.load(out), gradients(model, collate(src, tgt), loss_norm), strict=True
+    ):
+        torch.testing.assert_close(two_ranks, one_rank)

@@ -47,7 +47,17 @@ def test_loss_falls_and_run_dir_is_complete(workdir):
     assert sum(losses[-3:]) < 0.7 * sum(losses[:3])
     valid = [r for r in records if "valid_loss" in r]
     assert [r["step"] for r in valid] == [40, 80, 120, 160]
-    assert {"loss", "ppl", "lr", "tokens_per_s", "padding", "epoch", "skipped"} <= set(records[0])
+    assert {
+        "loss",
+        "ppl",
+        "lr",
+        "tokens_per_s",
+        "padding",
+        "epoch",
+        "skipped",
+        "grad_norm",
+        "clipped",
+    } <= set(records[0])
     assert {"valid_loss", "valid_ppl", "valid_bleu"} <= set(valid[0])
     assert (run / "config.yaml").is_file() and (run / "train.log").is_file()
     assert load_config(run / "config.yaml").model.hidden_size == 24  # the resolved config round-trips
@@ -291,6 +301,23 @@ def test_ddp_ranks_stop_together_when_one_rank_is_signalled(workdir):
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def test_gradient_norm_before_clipping_and_the_clipped_share_are_logged(workdir):
+    """Each log line carries the mean gradient norm before clipping and the share of clipped updates."""
+    first = {}
+    for clip in ("1e-9", "0", "1e9"):  # clip everything, clipping off, clip nothing
+        run = workdir / f"clip-{clip}"
+        sets = ("train.max_steps=4", "train.log_every=1", "train.valid_bleu=false", f"train.run_dir={run}")
+        records = [
+            r
+            for r in metrics(train_module.train(config_of(workdir, *sets, f"train.clip_norm={clip}")))
+            if "loss" in r
+        ]
+        assert [r["clipped"] for r in records] == [1.0 if clip == "1e-9" else 0.0] * 4
+        assert all(r["grad_norm"] > 0 for r in records)
+        first[clip] = records[0]["grad_norm"]  # the same model and batch: the same norm before clipping
+    assert first["1e-9"] == pytest.approx(first["0"]) == pytest.approx(first["1e9"])
 
 
 def test_tensorboard_events_when_installed(workdir, monkeypatch):

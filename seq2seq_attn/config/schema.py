@@ -312,10 +312,11 @@ class TrainConfig:
     label_smoothing: float = option(0.0, "Label smoothing of the cross-entropy.", ge=0, lt=1)
     loss_norm: str = option(
         "tokens",
-        "What the batch's summed loss is divided by before backward: its target tokens (mean token loss) "
-        "or its sentences (sum over each sentence, mean over sentences: the RNNsearch authors' code; with "
-        "Adadelta and clip_norm 1 the gradient is about mean-target-length times larger).",
-        choices=["tokens", "sentences"],
+        "What the batch's summed loss is divided by before backward. tokens: its target tokens (the mean "
+        "token loss). sentences: its sentences (the sum over each sentence, averaged). batch: nothing, the "
+        "sum over every target token of the (global, under DDP) batch: the RNNsearch authors' code "
+        "(GroundHog), whose gradients are so large that clip_norm 1 clips nearly every update.",
+        choices=["tokens", "sentences", "batch"],
     )
     max_steps: int = option(0, "Stop after this many updates (0: no limit).", ge=0)
     max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", ge=0)
