@@ -8,12 +8,15 @@ Beams shrink as in the RNNsearch authors' GroundHog (experiments/nmt/sample.py) 
 Nematus: a hypothesis that ends (emits EOS) leaves the beam and takes its slot with it, so a sentence that
 has finished f hypotheses keeps k - f open ones. Hence beam 1 is exactly greedy search (the same code, not
 a separate function), and every sentence ends with at most k finished hypotheses, so nbest <= beam.
-What differs from GroundHog: it searched one sentence at a time; at its maximum length (3 (n + 1) steps)
-it dropped the open hypotheses, and when none had finished it searched again with a doubled beam, where
-ours forces EOS at the maximum length (`max_len_a`, `max_len_b`); it ran every sentence to that maximum,
-where ours stops a sentence once no open hypothesis can still win (with `length_penalty: none`, as it
-used, that gives the same result); its minimum length (no EOS before half the source length) is
-`min_len_a: 0.5` here, off by default.
+GroundHog's length rules are options here: its minimum length (no EOS before half the source length) is
+`min_len_a: 0.5`; at its maximum length (3 (n + 1) steps, `max_len_a: 3`, `max_len_b: 2`) it dropped
+the open hypotheses and searched a sentence none of whose hypotheses had ended again with a doubled beam,
+while the beam was under 500 (`at_max_len: retry`; the default, `force_eos`, forces EOS there so that
+every sentence ends in one search). With `no_unk` (Table 1's "no UNK" column) <unk> is never generated,
+and a sentence that finds nothing without it is searched again with it, at the same beam, as GroundHog
+did (`search_with_retries`). What still differs: it searched one sentence at a time, and ran every
+sentence to its maximum length, where ours stops a sentence once no open hypothesis can still win (with
+`length_penalty: none`, as it used, that gives the same result).
 
 Stopping: a sentence stops when it has no open hypothesis left, when it reaches its maximum length (EOS is
 forced there), or, once it has `nbest` finished hypotheses, by the `stopping` rule: `bound` when no open
@@ -34,6 +37,7 @@ resolved by the values of that sentence's row alone.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,13 +49,14 @@ from torch import Tensor
 
 from .config import DecodeConfig
 from .device import bf16_autocast, uses_bf16
-from .vocab import BOS_ID, EOS_ID, PAD_ID
+from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
     from .model import DecoderState, EncoderOutput
 
 NEG_INF = float("-inf")
 FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token
+RETRY_BEAM_LIMIT = 500  # GroundHog doubles the beam of a sentence with no translation while under this
 
 
 @dataclass
@@ -122,7 +127,7 @@ class Beams:
     y_prev: Tensor  # (rows,) the last token of each hypothesis
     max_len_rows: Tensor  # (rows,) each row's maximum output length
     min_len_rows: Tensor  # (rows,) each row's minimum output length
-    forbidden: Tensor  # the FORBIDDEN ids, on the search's device
+    forbidden: Tensor  # the FORBIDDEN ids (and <unk> with `no_unk`), on the search's device
     alive: list[int]
     finished: list[list[Hypothesis]]
 
@@ -142,7 +147,8 @@ class Candidates:
 def beam_search(
     model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
 ) -> list[list[Hypothesis]]:
-    """The `cfg.nbest` best hypotheses of each sentence, best first.
+    """The `cfg.nbest` best hypotheses of each sentence, best first, in one search: a sentence with no
+    hypothesis that ended within its length limit (only with `at_max_len: retry`) gets none.
 
     src: (batch, src_len) source ids, each sentence ending in EOS, padded with PAD. src_lengths: (batch,)
     including that EOS. The model must be in eval mode (see `translate_ids`). Each step: score every
@@ -153,17 +159,47 @@ def beam_search(
     src_lens = [n - 1 for n in src_lengths.tolist()]  # without the source EOS
     max_lens = [max_output_length(n, cfg) for n in src_lens]
     min_lens = [min_output_length(n, cfg) for n in src_lens]
-    beams = start(model, src, src_lengths, cfg.beam_size, max_lens, min_lens, with_attention)
+    forbidden = FORBIDDEN + ((UNK_ID,) if cfg.no_unk else ())
+    beams = start(model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention)
     step = 0
     while beams.alive:
         step_log_probs, beams.state, attention = model.step(beams.enc, beams.state, beams.y_prev)
         attention = attention.float() if with_attention else None  # (rows, src_len)
         top = best_continuations(beams, step_log_probs.float(), step, max_lens, min_lens, cfg)
         record_finished(beams, top, attention, src_lens, cfg)
-        top = drop_done(beams, top, max_lens, cfg)
+        top = drop_done(beams, top, step, max_lens, cfg)
         advance(beams, top, attention)
         step += 1
-    return [_best(hyps, cfg.nbest) for hyps in beams.finished]
+    return [sorted(hyps, key=lambda h: h.score, reverse=True)[: cfg.nbest] for hyps in beams.finished]
+
+
+def search_with_retries(
+    model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
+) -> list[list[Hypothesis]]:
+    """`beam_search`, then GroundHog's "dirty tricks to obtain any translation" (sample.py) for the
+    sentences that found none: with `no_unk`, search them again with <unk> allowed at the same beam; with
+    `at_max_len: retry`, again with a doubled beam while the beam is under RETRY_BEAM_LIMIT. A sentence
+    that still finds nothing gets one empty hypothesis scored -inf."""
+    results = beam_search(model, src, src_lengths, cfg, with_attention)
+    failed = [i for i, hyps in enumerate(results) if not hyps]
+    again = _retry_config(cfg) if failed else None
+    if again is not None:
+        index = torch.tensor(failed, device=src.device)
+        retried = search_with_retries(
+            model, src.index_select(0, index), src_lengths.index_select(0, index), again, with_attention
+        )
+        for i, hyps in zip(failed, retried, strict=True):
+            results[i] = hyps
+    return [hyps or [Hypothesis([], NEG_INF, NEG_INF)] for hyps in results]
+
+
+def _retry_config(cfg: DecodeConfig) -> DecodeConfig | None:
+    """The settings of GroundHog's next attempt at a sentence that found nothing, or None: give up."""
+    if cfg.no_unk:
+        return dataclasses.replace(cfg, no_unk=False)
+    if cfg.at_max_len == "retry" and cfg.beam_size < RETRY_BEAM_LIMIT:
+        return dataclasses.replace(cfg, beam_size=2 * cfg.beam_size)
+    return None
 
 
 def start(
@@ -173,6 +209,7 @@ def start(
     k: int,
     max_lens: list[int],
     min_lens: list[int],
+    forbidden: tuple[int, ...],
     with_attention: bool,
 ) -> Beams:
     """Encode the batch once and open one hypothesis (BOS) per sentence.
@@ -195,7 +232,7 @@ def start(
         y_prev=torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device),
         max_len_rows=torch.tensor(max_lens, device=device).repeat_interleave(k),
         min_len_rows=torch.tensor(min_lens, device=device).repeat_interleave(k),
-        forbidden=torch.tensor(FORBIDDEN, device=device),
+        forbidden=torch.tensor(forbidden, device=device),
         alive=list(range(batch)),
         finished=[[] for _ in range(batch)],
     )
@@ -226,7 +263,7 @@ def best_continuations(
         beams.tokens,
         beams.forbidden,
         beams.min_len_rows if below_min else None,
-        beams.max_len_rows if at_max else None,
+        beams.max_len_rows if at_max and cfg.at_max_len == "force_eos" else None,
         cfg.no_repeat_ngram,
     )
     top_log_p, top_index = candidates.view(n, k * vocab_size).topk(k, dim=1)  # (sentences, k), best first
@@ -257,7 +294,7 @@ def record_finished(
     beams.log_p = top.log_p.masked_fill(~top.open, NEG_INF)
 
 
-def drop_done(beams: Beams, top: Candidates, max_lens: list[int], cfg: DecodeConfig) -> Candidates:
+def drop_done(beams: Beams, top: Candidates, step: int, max_lens: list[int], cfg: DecodeConfig) -> Candidates:
     """Let the sentences that are done (`_is_done`) leave the batch; returns `top` for those that stay."""
     n = len(beams.alive)
     best_open = beams.log_p.max(dim=1).values.tolist()
@@ -265,7 +302,7 @@ def drop_done(beams: Beams, top: Candidates, max_lens: list[int], cfg: DecodeCon
     keep = [
         a
         for a, s in enumerate(beams.alive)
-        if not _is_done(beams.finished[s], best_open[a], top_ended[a], max_lens[s], cfg)
+        if not _is_done(beams.finished[s], best_open[a], top_ended[a], step >= max_lens[s], max_lens[s], cfg)
     ]
     if len(keep) == n:
         return top
@@ -338,9 +375,14 @@ def repeated_ngrams(tokens: Tensor, n: int) -> tuple[Tensor, Tensor]:
 
 
 def _is_done(
-    finished: list[Hypothesis], best_open: float, top_ended: bool, max_len: int, cfg: DecodeConfig
+    finished: list[Hypothesis],
+    best_open: float,
+    top_ended: bool,
+    at_max: bool,
+    max_len: int,
+    cfg: DecodeConfig,
 ) -> bool:
-    if best_open == NEG_INF:  # no open hypothesis left (all ended, or the maximum length forced EOS)
+    if best_open == NEG_INF or at_max:  # no open hypothesis left, or the open ones reached the maximum
         return True
     if len(finished) < cfg.nbest:
         return False
@@ -348,12 +390,6 @@ def _is_done(
         return top_ended
     nth_best = sorted((h.score for h in finished), reverse=True)[cfg.nbest - 1]
     return score_bound(best_open, max_len, cfg) <= nth_best
-
-
-def _best(hyps: list[Hypothesis], nbest: int) -> list[Hypothesis]:
-    """Best first; a sentence whose every continuation was forbidden gets one empty, -inf hypothesis."""
-    ranked = sorted(hyps, key=lambda h: h.score, reverse=True)[:nbest]
-    return ranked or [Hypothesis([], NEG_INF, NEG_INF)]
 
 
 def translate_ids(
@@ -384,7 +420,7 @@ def translate_ids(
         for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget, most):
             src, lengths = pad_sources([src_ids[i] for i in batch], device)
             with bf16_autocast(device.type, bf16):
-                searched = beam_search(model, src, lengths, decode_cfg, with_attention)
+                searched = search_with_retries(model, src, lengths, decode_cfg, with_attention)
             for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps
     finally:

@@ -16,11 +16,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+from seq2seq_attn import search as search_module
 from seq2seq_attn.config import DecodeConfig, from_dict, override
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.search import length_penalty, score_bound, translate_ids
-from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID
+from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PENALTIES = ["none", "average", "gnmt"]
 
@@ -340,3 +341,74 @@ def test_impossible_settings_are_refused_by_the_schema(settings: dict, message: 
         from_dict({"decode": settings})
     with pytest.raises(UserError, match=message):
         override(DecodeConfig(), settings, "decode.", {key: f"--{key}" for key in settings})
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the authors' rules for a sentence with no translation (GroundHog's sample.py)
+
+# 5 and 6 always outrank EOS, which a beam reaches only with a third slot: from beam 4 on (at step 0)
+THIRD_EOS = [{5: 0.5, 6: 0.3, EOS_ID: 0.15}]
+
+
+def searched(monkeypatch) -> list[tuple[int, bool, int]]:
+    """Records (beam size, no_unk, sentences) of every search `translate_ids` runs."""
+    calls: list[tuple[int, bool, int]] = []
+    original = search_module.beam_search
+
+    def spy(model, src, src_lengths, cfg, with_attention=False):
+        calls.append((cfg.beam_size, cfg.no_unk, src.size(0)))
+        return original(model, src, src_lengths, cfg, with_attention)
+
+    monkeypatch.setattr(search_module, "beam_search", spy)
+    return calls
+
+
+def test_force_eos_ends_every_sentence_at_its_maximum_length(monkeypatch) -> None:
+    calls = searched(monkeypatch)
+    cfg = decode(beam_size=1, length_penalty="none", max_len_a=1.0, max_len_b=2)
+    (best,) = translate_ids(ScriptedModel(THIRD_EOS), [[7, 8]], cfg, "cpu")[0]
+    assert best.tokens == [5, 5, 5, 5]  # 1 * 2 + 2 tokens, then the forced EOS
+    assert calls == [(1, False, 1)]
+
+
+def test_retry_drops_unfinished_hypotheses_and_doubles_the_beam(monkeypatch) -> None:
+    calls = searched(monkeypatch)
+    cfg = decode(beam_size=1, length_penalty="none", max_len_a=1.0, max_len_b=2, at_max_len="retry")
+    (best,) = translate_ids(ScriptedModel(THIRD_EOS), [[7, 8]], cfg, "cpu")[0]
+    assert calls == [(1, False, 1), (2, False, 1), (4, False, 1)]  # beams 1 and 2 never take EOS
+    assert best.tokens == [] and best.log_prob == pytest.approx(math.log(0.15))  # a real end, not forced
+
+
+def test_retry_gives_up_at_a_beam_of_500_with_an_empty_translation(monkeypatch) -> None:
+    calls = searched(monkeypatch)
+    cfg = decode(beam_size=1, max_len_a=0.0, max_len_b=2, at_max_len="retry")
+    (best,) = translate_ids(ScriptedModel([{5: 0.5, EOS_ID: 0.0}]), [[7]], cfg, "cpu")[0]
+    assert [beam for beam, _, _ in calls] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    assert best.tokens == [] and best.score == -math.inf
+
+
+def test_only_the_sentence_that_found_nothing_is_searched_again(monkeypatch) -> None:
+    """[7] may have 2 tokens and ends only with beam 4; [7, 8, 9] may have 4, and EOS is certain at step 3.
+    Batched, only the first goes on to beams 2 and 4, and both get what they get alone."""
+    script = THIRD_EOS * 3 + [{EOS_ID: 0.9}]
+    cfg = decode(beam_size=1, length_penalty="none", max_len_a=1.0, max_len_b=1, at_max_len="retry")
+    calls = searched(monkeypatch)
+    together = translate_ids(ScriptedModel(script), [[7], [7, 8, 9]], cfg, "cpu")
+    assert calls == [(1, False, 2), (2, False, 1), (4, False, 1)]
+    alone = [translate_ids(ScriptedModel(script), [src], cfg, "cpu")[0] for src in ([7], [7, 8, 9])]
+    assert [[h.tokens for h in hyps] for hyps in together] == [[h.tokens for h in hyps] for hyps in alone]
+    assert [hyps[0].tokens for hyps in together] == [[], [5, 5, 5]]
+
+
+def test_no_unk_never_generates_unk_and_falls_back_to_allowing_it(monkeypatch) -> None:
+    likes_unk = [{UNK_ID: 0.6, 5: 0.2, EOS_ID: 0.15}]
+    cfg = decode(beam_size=1, length_penalty="none", max_len_a=0.0, max_len_b=3)
+    (allowed,) = translate_ids(ScriptedModel(likes_unk), [[7]], cfg, "cpu")[0]
+    (forbidden,) = translate_ids(
+        ScriptedModel(likes_unk), [[7]], dataclasses.replace(cfg, no_unk=True), "cpu"
+    )[0]
+    assert allowed.tokens == [UNK_ID] * 3 and forbidden.tokens == [5] * 3
+    calls = searched(monkeypatch)
+    never_ends = dataclasses.replace(cfg, no_unk=True, at_max_len="retry")
+    translate_ids(ScriptedModel([{UNK_ID: 0.6, EOS_ID: 0.0}]), [[7]], never_ends, "cpu")
+    assert calls[:3] == [(1, True, 1), (1, False, 1), (2, False, 1)]  # <unk> allowed at the same beam first

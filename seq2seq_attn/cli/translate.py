@@ -19,6 +19,7 @@ from .options import Device, device_option, model_option
 Precision = choices_enum(DecodeConfig, "precision")
 Penalty = choices_enum(DecodeConfig, "length_penalty")
 Stopping = choices_enum(DecodeConfig, "stopping")
+AtMaxLen = choices_enum(DecodeConfig, "at_max_len")
 
 # The command-line option that overrides each decode key, for error messages.
 OPTIONS = {
@@ -38,6 +39,8 @@ OPTIONS = {
     "min_len_a": "--min-len-a",
     "no_repeat_ngram": "--no-repeat-ngram",
     "stopping": "--stopping",
+    "at_max_len": "--at-max-len",
+    "no_unk": "--no-unk",
     "max_src_tokens": "--max-src-tokens",
 }
 
@@ -57,6 +60,11 @@ HELP = {
     "no_repeat_ngram": "Forbid repeating any n-gram of this size, 0 off (decode.no_repeat_ngram).",
     "stopping": "bound: stop a sentence once no open hypothesis can win; top: once a step's best candidate "
     "is EOS, as OpenNMT-py and JoeyNMT (faster, may miss a better hypothesis) (decode.stopping).",
+    "at_max_len": "force_eos: EOS is forced at the maximum length; retry: unfinished hypotheses are dropped "
+    "there and a sentence with none ended is searched again with a doubled beam, as GroundHog "
+    "(decode.at_max_len).",
+    "no_unk": "Never generate <unk>; a sentence with no translation without it is searched again with it "
+    "(decode.no_unk).",
     "max_src_tokens": "Longer sources are cut to this many pieces (bounds time and memory) "
     "(decode.max_src_tokens).",
     "output_average": "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder "
@@ -99,6 +107,8 @@ def translate_command(
     ),
     no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram", help=HELP["no_repeat_ngram"]),
     stopping: Stopping | None = typer.Option(None, "--stopping", help=HELP["stopping"]),
+    at_max_len: AtMaxLen | None = typer.Option(None, "--at-max-len", help=HELP["at_max_len"]),
+    no_unk: bool | None = typer.Option(None, "--no-unk/--allow-unk", help=HELP["no_unk"]),
     max_src_tokens: int | None = typer.Option(None, "--max-src-tokens", help=HELP["max_src_tokens"]),
 ) -> None:
     """Translate raw text with a trained run: one output line per input line, in order."""
@@ -131,6 +141,8 @@ def translate_command(
         "min_len_a": min_len_a,
         "no_repeat_ngram": no_repeat_ngram,
         "stopping": stopping.value if stopping else None,
+        "at_max_len": at_max_len.value if at_max_len else None,
+        "no_unk": no_unk,
         "max_src_tokens": max_src_tokens,
     }
     decode = override(config.decode, given, "decode.", OPTIONS)

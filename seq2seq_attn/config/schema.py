@@ -364,6 +364,18 @@ class DecodeConfig:
         "(the larger of this and min_len applies; the RNNsearch authors' beam search: 0.5).",
         ge=0,
     )
+    at_max_len: str = option(
+        "force_eos",
+        "What happens at the maximum output length. force_eos: EOS is forced, so every sentence ends in one "
+        "search. retry (the RNNsearch authors' GroundHog): the open hypotheses are dropped, and a sentence "
+        "none of whose hypotheses ended is searched again with a doubled beam while the beam is under 500.",
+        choices=["force_eos", "retry"],
+    )
+    no_unk: bool = option(
+        False,
+        "Never generate <unk> (Bahdanau et al. 2014, Table 1's no-UNK column); a sentence that finds no "
+        "translation without it is searched again with it, at the same beam (GroundHog).",
+    )
     no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
     stopping: str = option(
         "bound",
