@@ -20,8 +20,8 @@ from seq2seq_attn.config import load_config
 # to one worker together, where the compiler starts once and its kernels are cached.
 LONGEST = {
     "test_demo.py::test_small_demo_shows_attention_holding_up_on_long_sentences": 60,
-    "test_own_corpus.py::test_make_reproduce_local_on_your_corpus": 40,  # each of its two corpora
-    "test_own_corpus.py::test_readme_walkthrough_runs_as_written": 20,
+    "test_own_corpus.py::test_make_reproduce_local_on_your_corpus": 25,  # each of its two corpora
+    "test_own_corpus.py::test_readme_walkthrough_runs_as_written": 14,
     "test_gpu_check.py::test_quick_cpu_check_runs_every_stage_and_summarises_it": 60,
     "test_fault_injection.py::test_sigkill_during_checkpoint_writes_loses_nothing": 35,
     "test_train.py::test_sigkill_then_resume_is_bit_identical": 30,
