@@ -104,14 +104,16 @@ class Window:
 
     def take(self) -> WindowStats:
         seconds = time.monotonic() - self.started
+        skipped = int(self.skipped.item())
+        kept = max(self.updates - skipped, 1)
         stats = WindowStats(
             loss=self.loss.item() / max(self.tokens.item(), 1.0),
             tokens_per_s=self.all_tokens / max(seconds, 1e-9),
             padding=1 - self.real / max(self.padded, 1),
-            skipped=int(self.skipped.item()),
+            skipped=skipped,
             bad_run=int(self.bad_run.item()),
-            grad_norm=self.norm.item() / max(self.updates - self.skipped.item(), 1.0),
-            clipped=self.clipped.item() / max(self.updates - self.skipped.item(), 1.0),
+            grad_norm=self.norm.item() / kept,
+            clipped=self.clipped.item() / kept,
         )
         self._restart()
         return stats

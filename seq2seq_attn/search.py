@@ -302,7 +302,7 @@ def drop_done(beams: Beams, top: Candidates, step: int, max_lens: list[int], cfg
     keep = [
         a
         for a, s in enumerate(beams.alive)
-        if not _is_done(beams.finished[s], best_open[a], top_ended[a], step >= max_lens[s], max_lens[s], cfg)
+        if not _is_done(beams.finished[s], best_open[a], top_ended[a], step, max_lens[s], cfg)
     ]
     if len(keep) == n:
         return top
@@ -378,11 +378,11 @@ def _is_done(
     finished: list[Hypothesis],
     best_open: float,
     top_ended: bool,
-    at_max: bool,
+    step: int,
     max_len: int,
     cfg: DecodeConfig,
 ) -> bool:
-    if best_open == NEG_INF or at_max:  # no open hypothesis left, or the open ones reached the maximum
+    if best_open == NEG_INF or step >= max_len:  # no open hypothesis left, or they reached the maximum
         return True
     if len(finished) < cfg.nbest:
         return False

@@ -144,13 +144,15 @@ class HoldOut:
     A first pass reads the training pairs and keeps an 8-byte digest of each source sentence (white
     space normalised). Then `seed` draws line numbers, skipping pairs with an empty side and sources
     already drawn, so no source sentence is held out twice. Reading "train" afterwards skips the drawn
-    lines and every other line whose source is a held-out source: no dev or test source is also a
-    training source. Reading a held-out split yields its pairs in file order.
+    lines and every other line whose digest is a held-out source's (the digests of the first pass, not
+    computed again): no dev or test source is also a training source. Reading a held-out split yields
+    its pairs in file order.
     """
 
     def __init__(self, train: tuple[Path, ...], sizes: dict[str, int], seed: int, found: dict) -> None:
         self.train, self.sizes, self.seed, self.found = train, sizes, seed, found
         self._lines: dict[str, set[int]] | None = None  # split -> drawn line numbers (0-based)
+        self._digests = array("Q")  # each training line's source digest (EMPTY: a side is empty)
         self._sources: set[int] = set()  # digests of the held-out sources
 
     def read(self, split: str) -> Iterator[Pair]:
@@ -167,7 +169,7 @@ class HoldOut:
         for number, pair in enumerate(pairs):
             if number in drawn:
                 continue
-            if _source_digest(pair) in self._sources:
+            if self._digests[number] in self._sources:
                 removed += 1
                 continue
             yield pair
@@ -176,7 +178,7 @@ class HoldOut:
     def _draw(self) -> dict[str, set[int]]:
         if self._lines is not None:
             return self._lines
-        digests = array("Q", (_source_digest(pair) for pair in read_files(self.train, {})))
+        digests = self._digests = array("Q", (_source_digest(pair) for pair in read_files(self.train, {})))
         wanted = sum(self.sizes.values())
         eligible = len(set(digests) - {EMPTY})
         if wanted >= eligible:
