@@ -3,7 +3,9 @@
 This is what `make demo`, `make reproduce-local` and `make reproduce-wmt14` run. For each config:
 prepare the data and vocabulary (once per data folder), train (all systems at the same time when
 `--parallel`, splitting the CPU threads or GPUs between them), then translate the test set with each
-run's beam settings and score all systems together with `seq2seq eval --by-length`. Writes to --out:
+run's beam settings and score all systems together with `seq2seq eval --by-length` (configs that
+Moses-tokenise, `data.tokenize: moses` as the paper configs, also get the paper's tokenised BLEU,
+`--moses-bleu`, beside sacrebleu's). Writes to --out:
 
     by_length.json / by_length.md   the table (BLEU, chrF, BP, 95% CI per bucket and system) and the
                                      paired differences between systems per bucket, with p-values
@@ -95,6 +97,8 @@ def main() -> None:
     ]
     for config, label in zip(configs, labels, strict=True):
         command += ["--model", str(config.run_dir), "--label", label]
+    if configs[0].data.tokenize == "moses":  # the paper's tokenised BLEU, beside sacrebleu's
+        command += ["--moses-bleu", configs[0].data.tgt_lang]
     _run(command)
     times["translate + evaluate"] = time.monotonic() - start
     report = json.loads(report_path.read_text(encoding="utf-8"))

@@ -11,6 +11,7 @@ with the corpus either.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from tqdm import tqdm
 
 from .config import Config
 from .console import info, progress
-from .constants import SIDES, SPLITS
+from .constants import SIDES, SPLITS, TOKENIZED_SPLIT
 from .errors import UserError
 from .io import atomic_write, read_json, sha256_file, write_json
 from .lock import exclusive
@@ -58,7 +59,10 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
             total = sum(files[name].stat().st_size for name in stale)
             with progress(total=total, unit="B", unit_scale=True, desc="encode") as bar:
                 for name in stale:
-                    encode = vocab.encode_src if name.endswith(".src") else vocab.encode_tgt
+                    encode = functools.partial(
+                        vocab.encode_src if name.endswith(".src") else vocab.encode_tgt,
+                        tokenized=name.startswith(f"{TOKENIZED_SPLIT}."),  # prepared tokenised, if at all
+                    )
                     bar.set_postfix_str(name)
                     counts = _encode_file(files[name], encode, folder / name, bar)
                     entries[name] = {"sha256": hashes[name], **counts}

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from .translate import Translator
     from .vocab import Vocab
 
-EVAL_KEYS = ("buckets", "bucket_by", "bootstrap", "seed", "min_bucket_size", "significance")  # per call
+# the `eval` keys a call may override
+EVAL_KEYS = ("buckets", "bucket_by", "words", "bootstrap", "seed", "min_bucket_size", "significance")
 SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}  # report format by file extension
 HTML_HEATMAPS = 3  # attention heat maps per trained run in the HTML report
 
@@ -96,6 +97,14 @@ def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: d
     return first
 
 
+def bucketed_lang(configs: Sequence[Config], bucket_by: str) -> str | None:
+    """The language of the sentences that pick the bucket, from the first run's data section."""
+    if not configs:
+        return None
+    data = configs[0].data
+    return data.src_lang if bucket_by == "source" else data.tgt_lang
+
+
 def evaluate_runs(
     systems: list[System],
     references_path: Path,
@@ -107,6 +116,7 @@ def evaluate_runs(
     by_length: bool = False,
     baseline: str | None = None,
     moses_lang: str | None = None,
+    words_lang: str | None = None,
     keep_in: Path | None = None,
 ) -> Evaluation:
     """Score `systems` and the trained `runs` ((run, label) pairs) against the references.
@@ -114,7 +124,8 @@ def evaluate_runs(
     Each run translates the sources (kept as `hypotheses_path`). The `eval` keys in `given` that are not
     None override the runs' eval section (`runs_eval_section`); `names` says how a user sets each key,
     for error messages. A run with a word vocabulary (a shortlist) adds the sentences free of unknown
-    words as their own rows ("no UNK", Bahdanau et al. 2014, Table 1).
+    words as their own rows ("no UNK", Bahdanau et al. 2014, Table 1). Moses-counted lengths
+    (`eval.words: moses`) are in `words_lang`, or else in the first run's language of the bucketed side.
     """
     from .device import resolve_device
 
@@ -145,6 +156,7 @@ def evaluate_runs(
         subsets=[shortlist_subset(shortlists, sources, references)] if shortlists else [],
         moses_lang=moses_lang,
         baseline=baseline,
+        words_lang=words_lang or bucketed_lang([run.config for run in translated], config.bucket_by),
     )
     return Evaluation(report, systems, references, sources, translated)
 

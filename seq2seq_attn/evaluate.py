@@ -6,11 +6,12 @@ This module computes the report (inputs, buckets, scores); `bootstrap` resamples
 Scores always come from sacrebleu, which tokenises detokenised text itself, so they are comparable with
 published numbers; the signatures reported with them say exactly how they were computed.
 
-Length buckets. A sentence's length is its number of whitespace-separated words in the source (or in
-the reference with bucket_by="reference"). Edges [0, 10, 20, ..., 60] define half-open buckets
-[edge_i, edge_i+1): a 9-word sentence is in "0-10", a 10-word one in "10-20", and the last bucket
-[60, inf) is labelled "60+". Empty buckets are kept (count 0, scores null); buckets with fewer than
-min_bucket_size sentences are kept and flagged ("few": true), never hidden.
+Length buckets. A sentence's length is its number of words in the source (or in the reference with
+bucket_by="reference"): white-space separated, or with words="moses" the Moses tokenizer's words, the
+paper's unit (the report's "words" says which, e.g. "moses:en"). Edges [0, 10, 20, ..., 60] define
+half-open buckets [edge_i, edge_i+1): a 9-word sentence is in "0-10", a 10-word one in "10-20", and
+the last bucket [60, inf) is labelled "60+". Empty buckets are kept (count 0, scores null); buckets with
+fewer than min_bucket_size sentences are kept and flagged ("few": true), never hidden.
 
 Subsets. Every sentence is scored ("all"), and each extra subset gets the same rows: Table 1 of
 Bahdanau et al. also scores the sentences without unknown words ("no UNK": every source and reference
@@ -42,6 +43,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Score
 
+from . import moses
 from .bleu import bleu_metric
 from .bootstrap import (
     ALPHA,
@@ -55,6 +57,7 @@ from .bootstrap import (
 from .config import EvalConfig
 from .errors import UserError
 from .io import read_lines
+from .report import length_unit, moses_lang_of
 
 if TYPE_CHECKING:
     from .vocab import Vocab
@@ -166,8 +169,20 @@ def bucket_labels(edges: Sequence[int]) -> list[dict[str, Any]]:
     ]
 
 
-def word_counts(lines: Sequence[str]) -> np.ndarray:
+def word_counts(lines: Sequence[str], moses_lang: str | None = None) -> np.ndarray:
+    """Words per line: white-space separated, or the Moses tokenizer's words of language `moses_lang`."""
+    if moses_lang:
+        return np.array([moses.word_count(line, moses_lang) for line in lines], dtype=np.int64)
     return np.array([len(line.split()) for line in lines], dtype=np.int64)
+
+
+def words_unit(config: EvalConfig, words_lang: str | None) -> str | None:
+    """The Moses language bucket lengths are counted in, or None for white-space words (`eval.words`)."""
+    if config.words == "whitespace":
+        return None
+    if not words_lang:
+        raise UserError(f"eval.words: moses needs the language of the {config.bucket_by} sentences")
+    return words_lang
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -220,14 +235,14 @@ class Scorers:
             "chrf": CHRF(references=[list(references)]),
         }
         if moses_lang:
-            tokenized = moses_tokenize(references, moses_lang)
+            tokenized = moses.tokenize(references, moses_lang)
             self.metrics["bleu_moses"] = BLEU(
                 references=[tokenized], tokenize="none", smooth_method="none", force=True
             )
 
     def stats(self, hypotheses: Sequence[str]) -> dict[str, np.ndarray]:
         """Per-sentence sufficient statistics of each metric, (sentences, k) each."""
-        tokenized = moses_tokenize(hypotheses, self.moses_lang) if self.moses_lang else None
+        tokenized = moses.tokenize(hypotheses, self.moses_lang) if self.moses_lang else None
         return {
             name: sentence_stats(metric, tokenized if name == "bleu_moses" else hypotheses)
             for name, metric in self.metrics.items()
@@ -246,14 +261,6 @@ class Scorers:
             "chrf": found["chrf"],
             "bleu_moses": f"moses-tokenizer:{self.moses_lang}|{moses}" if moses else None,
         }
-
-
-def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
-    """The Moses tokenizer (sacremoses, as tokenizer.perl -l LANG -no-escape) applied to each line."""
-    from sacremoses import MosesTokenizer  # only when Moses BLEU is asked for
-
-    tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
 
 
 def score_row(
@@ -387,19 +394,22 @@ def evaluate(
     subsets: Sequence[Subset] = (),
     moses_lang: str | None = None,
     baseline: str | None = None,
+    words_lang: str | None = None,
 ) -> dict[str, Any]:
     """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
     length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
-    returns the report (see top)."""
+    returns the report (see top). `words_lang`: the bucketed side's language, for `eval.words: moses`."""
     config = config or EvalConfig()
     _check_inputs(systems, references, sources, references_path, sources_path)
     edges: list[int] = []
     buckets = None
+    moses_words = words_unit(config, words_lang) if by_length else None
     if by_length:
         edges = check_edges(config.buckets)
         if config.bucket_by == "source" and sources is None:
             raise UserError("bucketing by source length (eval.bucket_by: source) needs the sources")
-        buckets = bucket_index(word_counts(sources if config.bucket_by == "source" else references), edges)
+        lengths = word_counts(sources if config.bucket_by == "source" else references, moses_words)
+        buckets = bucket_index(lengths, edges)
     labels = [bucket["label"] for bucket in bucket_labels(edges)] if edges else []
     every = Subset("all", "every sentence", np.arange(len(references)))
 
@@ -415,6 +425,7 @@ def evaluate(
         "references": references_path or None,
         "sources": sources_path or None,
         "bucket_by": config.bucket_by if by_length else None,
+        "words": (f"moses:{moses_words}" if moses_words else "whitespace") if by_length else None,
         "edges": edges,
         "buckets": bucket_labels(edges) if edges else [],
         "subsets": [
@@ -501,7 +512,8 @@ def differing_examples(
     spread = chrf.max(axis=0) - chrf.min(axis=0) if len(systems) > 1 else -chrf[0]  # (sentences,)
     groups: list[tuple[str, np.ndarray]] = [("all", np.arange(len(references)))]
     if report["edges"]:
-        lengths = word_counts(sources if report["bucket_by"] == "source" else references)
+        lines = sources if report["bucket_by"] == "source" else references
+        lengths = word_counts(lines, moses_lang_of(report.get("words")))
         index = bucket_index(lengths, report["edges"])
         groups = [(b["label"], np.flatnonzero(index == i)) for i, b in enumerate(report["buckets"])]
     examples = []
@@ -537,16 +549,21 @@ def check_report(report: Any, name: str) -> dict[str, Any]:
     return report
 
 
+def bucketing(report: dict[str, Any]) -> str:
+    """How a report's sentences were bucketed, e.g. "[0, 10, 20] by source, in words"."""
+    return f"{report['edges']} by {report['bucket_by']}, in {length_unit(report)}"
+
+
 def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """One report holding the systems of several saved ones, to draw them together; buckets must agree."""
     first_name, first = named[0][0], check_report(named[0][1], named[0][0])
     merged = {**first, "systems": list(first["systems"]), "comparisons": list(first["comparisons"])}
     for name, report in named[1:]:
         check_report(report, name)
-        if (report["edges"], report["bucket_by"]) != (first["edges"], first["bucket_by"]):
+        if bucketing(report) != bucketing(first):
             raise UserError(
-                f"{name} has buckets {report['edges']} by {report['bucket_by']} but {first_name} has "
-                f"{first['edges']} by {first['bucket_by']}: evaluate them with the same buckets"
+                f"{name} has buckets {bucketing(report)} but {first_name} has {bucketing(first)}: "
+                "evaluate them with the same buckets"
             )
         merged["systems"] += report["systems"]
         merged["comparisons"] += report["comparisons"]

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from .errors import UserError
 from .io import atomic_write
-from .report import bucket_rows
+from .report import bucket_rows, length_unit
 
 IMAGE_FORMATS = ("png", "pdf", "svg")
 
@@ -119,7 +119,7 @@ def curve_figure(report: dict[str, Any]) -> Figure:
     labels = [system["label"] for system in report["systems"]]
     mark_significant(axes, report, buckets, dict(zip(labels, by_bucket, strict=True)))
     axes.set_xticks(x, [_tick_label(b, [rows[b] for rows in by_bucket]) for b in buckets])
-    axes.set_xlabel(f"{report['bucket_by'].capitalize()} sentence length (words)")
+    axes.set_xlabel(f"{report['bucket_by'].capitalize()} sentence length ({length_unit(report)})")
     axes.set_ylabel("BLEU")
     axes.set_ylim(bottom=0)
     band = ", bands: 95% bootstrap CI" if report["bootstrap"]["resamples"] else ""

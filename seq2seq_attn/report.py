@@ -28,6 +28,17 @@ class Table:
     left: int
 
 
+def moses_lang_of(words: str | None) -> str | None:
+    """A report's "words" back to the Moses language: "moses:en" -> "en"; "whitespace" -> None."""
+    return words.removeprefix("moses:") if words and words.startswith("moses:") else None
+
+
+def length_unit(report: dict[str, Any]) -> str:
+    """What a report's bucket lengths count, for tables and axes: "words" or "Moses words (en)"."""
+    lang = moses_lang_of(report.get("words"))
+    return f"Moses words ({lang})" if lang else "words"
+
+
 def _number(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -122,8 +133,8 @@ def notes(report: dict[str, Any]) -> list[str]:
         )
     if report["bucket_by"]:
         lines.append(
-            f"Buckets: {report['bucket_by']} length in words, [low, high): a 10-word sentence is in "
-            "10-20 when edges are 0,10,20,..."
+            f"Buckets: {report['bucket_by']} length in {length_unit(report)}, [low, high): a 10-word "
+            "sentence is in 10-20 when edges are 0,10,20,..."
         )
     boot = report["bootstrap"]
     if boot["resamples"]:

@@ -141,13 +141,13 @@ class Translator:
         parts, start = [], 0
         for position, token in enumerate(hyp.tokens):
             if token == UNK_ID:
-                parts.append(self.vocab.decode_tgt(hyp.tokens[start:position]))
+                parts.append(self.vocab.tgt_text(hyp.tokens[start:position]))
                 # the attention row of this step, over the real source pieces (the last column is </s>)
                 word = words[int(np.argmax(hyp.attention[position, : len(words)]))]
                 parts.append(self.dictionary.get(word, word))
                 start = position + 1
-        parts.append(self.vocab.decode_tgt(hyp.tokens[start:]))
-        return clean(" ".join(part for part in parts if part))
+        parts.append(self.vocab.tgt_text(hyp.tokens[start:]))
+        return clean(self.vocab.detokenize(" ".join(part for part in parts if part)))
 
     def attention(self, translation: Translation) -> tuple[np.ndarray, list[str], list[str]] | None:
         """The best hypothesis' attention (target pieces, source pieces), with the source and target

@@ -12,6 +12,10 @@ The `word` model type is the paper's shortlist (Bahdanau et al. 2014: the 30k mo
 other word is <unk>). sentencepiece splits words on white space only, so punctuation stays attached to
 words unless the corpus was tokenised beforehand. We encode words one by one (sentencepiece would merge a
 run of unknown words into one <unk>), so each out-of-shortlist word is exactly one <unk>, as in the paper.
+
+With `data.tokenize: moses` the training files are already Moses-tokenised (data/prepare.py), so the
+models learn the paper's words; the vocabulary records it in its manifest, tokenises every raw line it
+encodes and detokenises what it decodes, so the rest of the code, and the user, handle the corpus' text.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from .config import Config, VocabConfig, to_dict
+from . import moses
+from .config import Config, DataConfig, VocabConfig, to_dict
 from .console import info
 from .constants import SIDES
 from .errors import UserError
@@ -56,10 +61,18 @@ class Vocab:
 
     pad_id, unk_id, bos_id, eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
 
-    def __init__(self, directory: Path, model_type: str, joint: bool, threads: int = 0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        model_type: str,
+        joint: bool,
+        threads: int = 0,
+        moses_langs: tuple[str, str] | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.model_type = model_type
         self.joint = joint
+        self.moses_langs = moses_langs  # (source, target) languages when the text is Moses-tokenised
         self.threads = resolve_threads(threads)
         self.model_files = [self.directory / f"{name}.model" for name in _model_names(joint)]
         for file in self.model_files:
@@ -78,8 +91,10 @@ class Vocab:
         manifest = Path(vocab_dir) / "manifest.json"
         if not manifest.is_file():
             raise UserError(f"{manifest}: no vocabulary manifest; run `seq2seq vocab CONFIG`")
-        settings = read_json(manifest)["config"]
-        return cls(Path(vocab_dir), settings["type"], settings["joint"], threads)
+        found = read_json(manifest)
+        settings, text = found["config"], found.get("tokenize")
+        langs = (text["src_lang"], text["tgt_lang"]) if text else None
+        return cls(Path(vocab_dir), settings["type"], settings["joint"], threads, langs)
 
     @property
     def src_size(self) -> int:
@@ -93,14 +108,29 @@ class Vocab:
         """sha256 of the model files: a checkpoint records it and refuses any other vocabulary."""
         return self._fingerprint
 
-    def encode_src(self, lines: Sequence[str]) -> list[list[int]]:
-        return self._encode("src", lines)
+    def encode_src(self, lines: Sequence[str], tokenized: bool = False) -> list[list[int]]:
+        """Ids of raw lines (Moses-tokenised first for a Moses vocabulary), or of `tokenized` lines."""
+        return self._encode("src", lines if tokenized else self.tokenize("src", lines))
 
-    def encode_tgt(self, lines: Sequence[str]) -> list[list[int]]:
-        return self._encode("tgt", lines)
+    def encode_tgt(self, lines: Sequence[str], tokenized: bool = False) -> list[list[int]]:
+        return self._encode("tgt", lines if tokenized else self.tokenize("tgt", lines))
+
+    def tokenize(self, side: str, lines: Sequence[str]) -> Sequence[str]:
+        """`lines` as the model's text: Moses-tokenised for a Moses vocabulary, else unchanged."""
+        if self.moses_langs is None:
+            return lines
+        return moses.tokenize(lines, self.moses_langs[SIDES.index(side)])
+
+    def detokenize(self, text: str) -> str:
+        """The model's target text as the corpus writes it (undoes `tokenize`)."""
+        return moses.detokenize(text, self.moses_langs[1]) if self.moses_langs else text
 
     def decode_tgt(self, ids: Sequence[int]) -> str:
         """Detokenised text; pad/bos/eos are dropped and unknown tokens show as `<unk>`."""
+        return self.detokenize(self.tgt_text(ids))
+
+    def tgt_text(self, ids: Sequence[int]) -> str:
+        """The pieces as the model's text (Moses-tokenised for a Moses vocabulary); see `decode_tgt`."""
         ids = [int(i) for i in ids if i not in (PAD_ID, BOS_ID, EOS_ID)]
         if self.model_type == "word":
             pieces = (UNK_SURFACE if i == UNK_ID else self._tgt.id_to_piece(i) for i in ids)
@@ -109,6 +139,7 @@ class Vocab:
 
     def src_pieces(self, line: str) -> list[str]:
         """The pieces `encode_src([line])` gives ids for, as text (attention labels, UNK replacement)."""
+        (line,) = self.tokenize("src", [line])
         if self.model_type == "word":
             return _words(self._src.normalize(line))
         return self._src.encode(line, out_type=str)
@@ -161,7 +192,11 @@ def build_vocab(config: Config, force: bool = False) -> Vocab:
     """Train the vocabulary when it is missing or stale (settings or training data changed)."""
     folder = vocab_dir(config)
     inputs = [data_file(config, f"train.{side}") for side in SIDES]
-    wanted = {"config": _settings(config.vocab), "data": {file.name: sha256_file(file) for file in inputs}}
+    wanted = {
+        "config": _settings(config.vocab),
+        "data": {file.name: sha256_file(file) for file in inputs},
+        "tokenize": _tokenize_settings(config.data),
+    }
     manifest_file = folder / "manifest.json"
     if not force and manifest_file.is_file():
         manifest = read_json(manifest_file)
@@ -195,6 +230,13 @@ def data_file(config: Config, name: str) -> Path:
     if not file.is_file():
         raise UserError(f"{file}: prepared data not found; run `seq2seq data prepare CONFIG` first")
     return file
+
+
+def _tokenize_settings(data: DataConfig) -> dict | None:
+    """How the text the vocabulary reads is tokenised (None: not at all), as `Vocab.load` reads it back."""
+    if data.tokenize == "none":
+        return None
+    return {"scheme": data.tokenize, "src_lang": data.src_lang, "tgt_lang": data.tgt_lang}
 
 
 def _settings(vocab: VocabConfig) -> dict:

@@ -131,6 +131,7 @@ def test_cleaning_rules_count_exactly(tmp_path, clean, kept, normalized, dropped
         "cleaned": True,
         "normalized": normalized,
         "dropped": dropped,
+        "tokenized": False,
         "crlf_lines": 0,
         "byte_order_marks": 0,
     }
@@ -151,6 +152,7 @@ def test_cleaning_leaves_valid_and_test_intact_by_default(tmp_path, splits, vali
         "read": 2,
         "kept": 2,
         "cleaned": False,
+        "tokenized": False,
         "crlf_lines": 0,
         "byte_order_marks": 0,
     }

@@ -160,6 +160,7 @@ def test_multi_system_report_schema_and_renderings():
         "references",
         "sources",
         "bucket_by",
+        "words",
         "edges",
         "buckets",
         "subsets",
@@ -172,6 +173,7 @@ def test_multi_system_report_schema_and_renderings():
     assert report["version"] == 2 and report["subsets"] == [
         {"name": "all", "definition": "every sentence", "sentences": 120}
     ]
+    assert report["words"] == "whitespace"
     assert report["edges"] == EvalConfig().buckets and report["bootstrap"]["seed"] == EvalConfig().seed
     labels = ["all"] + [bucket["label"] for bucket in report["buckets"]]
     for system in report["systems"]:
@@ -242,8 +244,11 @@ def test_merging_reports_requires_the_same_buckets():
     assert [system["label"] for system in merged["systems"]] == ["RNNsearch-50", "RNNencdec-50", "A", "B"]
     with pytest.raises(UserError, match="appears in more than one report"):
         merge_reports([("a.json", first), ("a2.json", first)])
-    second["edges"] = [0, 20]
-    with pytest.raises(UserError, match=r"^b.json has buckets \[0, 20\] by source but a.json has"):
+    second["words"] = "moses:en"
+    with pytest.raises(UserError, match=r"by source, in Moses words \(en\) but a.json has .* in words:"):
+        merge_reports([("a.json", first), ("b.json", second)])
+    second["edges"], second["words"] = [0, 20], first["words"]
+    with pytest.raises(UserError, match=r"^b.json has buckets \[0, 20\] by source, in words but a.json"):
         merge_reports([("a.json", first), ("b.json", second)])
 
 

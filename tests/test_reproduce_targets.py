@@ -82,10 +82,10 @@ def test_make_demo_runs_the_two_demo_configs_with_the_criteria():
 
 
 @pytest.mark.parametrize("name", PAPER)
-def test_paper_configs_prepare_wmt14_through_the_huggingface_path(name, tmp_path):
+def test_paper_configs_prepare_moses_tokenised_wmt14_through_the_huggingface_path(name, tmp_path):
     datasets = pytest.importorskip("datasets")
     rows = {
-        "train": [("the cat sat .", "le chat était assis ."), ("a red house .", "une maison rouge .")] * 5,
+        "train": [("the cat's mat.", "le chat d'or."), ("a red house.", "une maison rouge.")] * 5,
         "validation": [("the dog .", "le chien .")] * 3,
         "test": [("a cat .", "un chat ."), ("the house is red .", "la maison est rouge .")],
     }
@@ -103,7 +103,8 @@ def test_paper_configs_prepare_wmt14_through_the_huggingface_path(name, tmp_path
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    data = tmp_path / "data"
-    assert (data / "train.src").read_text().splitlines() == [en for en, _ in rows["train"]]
+    data = tmp_path / "data"  # training text Moses-tokenised (the paper's words), dev and test as they are
+    assert (data / "train.src").read_text().splitlines() == ["the cat 's mat .", "a red house ."] * 5
+    assert (data / "train.tgt").read_text().splitlines() == ["le chat d' or .", "une maison rouge ."] * 5
     assert (data / "test.tgt").read_text().splitlines() == [fr for _, fr in rows["test"]]
     assert (data / "valid.src").read_text().splitlines() == ["the dog ."] * 3

@@ -16,12 +16,14 @@ from ..io import check_writable
 from .options import run_default_option
 
 BucketBy = choices_enum(EvalConfig, "bucket_by")
+Words = choices_enum(EvalConfig, "words")
 Significance = choices_enum(EvalConfig, "significance")
 
 # The command-line option that overrides each `eval` key, for error messages.
 OPTIONS = {
     "buckets": "--buckets",
     "bucket_by": "--bucket-by",
+    "words": "--words",
     "bootstrap": "--bootstrap",
     "seed": "--seed",
     "min_bucket_size": "--min-bucket-size",
@@ -70,7 +72,18 @@ def eval_command(
         "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+.",
     ),
     bucket_by: BucketBy | None = run_default_option(
-        "bucket_by", OPTIONS["bucket_by"], "Whose length, in whitespace-separated words, picks the bucket."
+        "bucket_by", OPTIONS["bucket_by"], "Whose length picks the bucket: the source's or the reference's."
+    ),
+    words: Words | None = run_default_option(
+        "words",
+        OPTIONS["words"],
+        "How lengths count words: white-space separated, or Moses-tokenised (the paper's unit).",
+    ),
+    words_lang: str | None = typer.Option(
+        None,
+        "--words-lang",
+        metavar="LANG",
+        help="With --words moses: the language of the bucketed side (default: the --model runs' own).",
     ),
     bootstrap: int | None = run_default_option(
         "bootstrap", OPTIONS["bootstrap"], "Bootstrap resamples for the 95% BLEU interval (0: none).", min=0
@@ -126,7 +139,7 @@ def eval_command(
     run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
     ("no UNK", Bahdanau et al. 2014, Table 1). Options left out take the `eval` section of the --model
     runs' configs."""
-    check_options(hyp, model, src, label, by_length, bucket_by, plot, alignment, html)
+    check_options(hyp, model, src, label, by_length, bucket_by, (words, words_lang), plot, alignment, html)
     aer = read_alignment(alignment) if alignment is not None else None
     for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
@@ -138,6 +151,7 @@ def eval_command(
     given = {
         "buckets": parse_edges(buckets, OPTIONS["buckets"]) if buckets is not None else None,
         "bucket_by": bucket_by.value if bucket_by else None,
+        "words": words.value if words else None,
         "bootstrap": bootstrap,
         "seed": seed,
         "min_bucket_size": min_bucket_size,
@@ -159,6 +173,7 @@ def eval_command(
         by_length=by_length,
         baseline=baseline,
         moses_lang=moses_bleu,
+        words_lang=words_lang,
         keep_in=output.parent if output is not None else None,
     )
     typer.echo(write_report(evaluation.report, fmt.value if fmt else None, output, plot), nl=False)
@@ -173,6 +188,7 @@ def check_options(
     label: list[str],
     by_length: bool,
     bucket_by: BucketBy | None,
+    words: tuple[Words | None, str | None],
     plot: Path | None,
     alignment: Path | None,
     html: Path | None,
@@ -190,6 +206,8 @@ def check_options(
         raise UserError(
             "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
         )
+    if words[0] is not None and words[0].value == "moses" and not model and not words[1]:
+        raise UserError("--words moses counts the words of one language: give --words-lang LANG")
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
     if alignment is not None and html is None:

@@ -162,6 +162,12 @@ class DataConfig:
     synthetic: SyntheticConfig = section(SyntheticConfig, "Settings for source: synthetic.")
     local: LocalConfig = section(LocalConfig, "Settings for source: local.")
     huggingface: HuggingFaceConfig = section(HuggingFaceConfig, "Settings for source: huggingface.")
+    tokenize: str = option(
+        "none",
+        "'moses': Moses-tokenise the training text before cleaning and the vocabulary (the paper's words); "
+        "the model then tokenises what it reads and detokenises what it writes.",
+        choices=["none", "moses"],
+    )
     clean: CleanConfig = section(CleanConfig, "Cleaning rules.")
 
 
@@ -434,6 +440,11 @@ class EvalConfig:
         "Bucket edges in words; bucket i is [edge_i, edge_i+1), the last is open.",
     )
     bucket_by: str = option("source", "Length used for bucketing.", choices=["source", "reference"])
+    words: str = option(
+        "whitespace",
+        "How bucket lengths count words: white-space separated, or Moses-tokenised (the paper's unit).",
+        choices=["whitespace", "moses"],
+    )
     bootstrap: int = option(
         1000,
         "Bootstrap resamples for the 95% confidence interval and the paired test (0: none).",

@@ -2,9 +2,9 @@
 
 The rules run in the order of `CleanConfig` (normalise white space, drop empty, max words, length ratio,
 de-duplicate), so a pair is charged to the first rule that drops it and the counts add up to
-read - kept. Words are white-space separated tokens of the text as read. That is not quite the paper's unit:
-Bahdanau et al. counted words of Moses-tokenised text, where punctuation and clitics are tokens of their own,
-so the same limit keeps somewhat longer sentences here than there.
+read - kept. Words are white-space separated tokens of the text as it reaches the cleaner: with
+`data.tokenize: moses` that is Moses-tokenised text, where punctuation and clitics are words of their own,
+the unit Bahdanau et al. counted; without it the same limit keeps somewhat longer sentences.
 """
 
 from __future__ import annotations

@@ -3,8 +3,15 @@
 The six files are written to temporary siblings and committed together at the end, so a failure half
 way (a line-count mismatch in the test split, Ctrl-C, a full disk) leaves the previous data untouched.
 `manifest.json` is written last: counts per split, what each cleaning rule did, the sha256 of every
-file, the source, and the fingerprint of the inputs. The data folder's lock (lock.py) is held while
-writing, and only then, so that trainings which find the data up to date can start side by side.
+file, the source, and the fingerprint of the inputs.
+
+With `data.tokenize: moses` the training split is Moses-tokenised before cleaning (moses.py), so the
+cleaning limits and the vocabulary count the paper's words. The dev and test splits keep the corpus'
+text: they are what the model is given and scored against, and the vocabulary tokenises them as it
+reads them (tokenisation is not idempotent, so no text is tokenised twice).
+
+The data folder's lock (lock.py) is held while writing, and only then, so that trainings which find the
+data up to date can start side by side.
 
 The fingerprint is the sha256 of the `data` config section, the package and format versions, and the
 (path, size, mtime) of every input file; a Hugging Face hub dataset counts through its name, config
@@ -16,15 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import __version__
+from .. import __version__, moses
 from ..config import Config, DataConfig, to_dict
 from ..console import progress
-from ..constants import SIDES, SPLITS
+from ..constants import SIDES, SPLITS, TOKENIZED_SPLIT
 from ..errors import UserError
 from ..io import atomic_write, sha256_file, sha256_text, write_json
 from ..lock import exclusive
@@ -67,7 +74,11 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
             )
             cleaner = Cleaner(config.data.clean) if split in config.data.clean.splits else None
             pairs = progress(source.read(split), desc=f"prepare {split}", unit=" pairs", unit_scale=True)
-            splits[split] = write_split(pairs, src_out, tgt_out, cleaner) | source.found.get(split, {})
+            tokenized = split == TOKENIZED_SPLIT and config.data.tokenize == "moses"
+            if tokenized:
+                pairs = moses_pairs(pairs, config.data.src_lang, config.data.tgt_lang)
+            counts = write_split(pairs, src_out, tgt_out, cleaner) | {"tokenized": tokenized}
+            splits[split] = counts | source.found.get(split, {})
             check_not_empty(splits[split], split, source.origin(split))
 
     manifest = {
@@ -76,6 +87,7 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
         "src_lang": config.data.src_lang,
         "tgt_lang": config.data.tgt_lang,
         "source": source.description,
+        "tokenize": config.data.tokenize,
         "clean": to_dict(config.data.clean),
         "splits": splits,
         "files": {
@@ -85,6 +97,12 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
     }
     write_json(data_dir / MANIFEST, manifest)
     return manifest
+
+
+def moses_pairs(pairs: Iterable[Pair], src_lang: str, tgt_lang: str) -> Iterator[Pair]:
+    """Each pair Moses-tokenised, the source in `src_lang` and the target in `tgt_lang`."""
+    for src, tgt in pairs:
+        yield moses.tokenize_line(src, src_lang), moses.tokenize_line(tgt, tgt_lang)
 
 
 def write_split(pairs: Iterable[Pair], src_out: IO[str], tgt_out: IO[str], cleaner: Cleaner | None) -> dict:

@@ -1,0 +1,178 @@
+"""Moses tokenisation (`data.tokenize: moses`, `eval.words: moses`): the training text is tokenised once
+when prepared, the vocabulary tokenises what the model reads and detokenises what it writes, and length
+buckets can count the paper's words."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import assert_one_line_error, run_main, tiny_config
+
+from seq2seq_attn import moses
+from seq2seq_attn.cache import build_cache, cache_stats, load_cache
+from seq2seq_attn.config import EvalConfig
+from seq2seq_attn.data.prepare import prepare
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.evaluate import System, evaluate
+from seq2seq_attn.model import build_model
+from seq2seq_attn.translate import Translator
+from seq2seq_attn.vocab import Vocab, build_vocab
+
+EN = ["the cat's mat", "a dog, a house.", "(big) red cat!", "it isn't the dog's"]
+FR = ["l'homme", "le chat, le chien.", "c'est « rouge » !", "qu'il a couru"]
+
+
+def test_tokenize_splits_punctuation_and_clitics_and_detokenize_undoes_it() -> None:
+    assert moses.tokenize_line("L'homme, dit-il.", "fr") == "L' homme , dit-il ."
+    assert moses.tokenize_line("the dog's bone, isn't it?", "en") == "the dog 's bone , isn 't it ?"
+    for line, lang in [("L'homme, dit-il.", "fr"), ("the dog's bone, isn't it?", "en")]:
+        assert moses.detokenize(moses.tokenize_line(line, lang), lang) == line
+    assert moses.word_count("L'homme, dit-il.", "fr") == 5  # 2 white-space words
+
+
+def test_tokenizing_twice_is_not_tokenizing_once() -> None:
+    """Why every text is tokenised exactly once (the prepared training text is never tokenised again)."""
+    once = moses.tokenize_line("l'homme", "fr")
+    assert moses.tokenize_line(once, "fr") != once
+
+
+def write_local_corpus(folder: Path, lines: int = 120) -> dict:
+    """train/valid/test .en/.fr files of punctuated sentences; returns the data.local section."""
+    rng = random.Random(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    local = {}
+    for split in ("train", "valid", "test"):
+        picks = [rng.randrange(len(EN)) for _ in range(lines)]
+        for lang, side, sentences in (("en", "src", EN), ("fr", "tgt", FR)):
+            path = folder / f"{split}.{lang}"
+            path.write_text("".join(sentences[i] + "\n" for i in picks), encoding="utf-8")
+            local.setdefault(split, {})[side] = str(path)
+    return local
+
+
+def moses_config(tmp_path: Path, tokenize: str = "moses", **clean: object):
+    local = write_local_corpus(tmp_path / "corpus")
+    data = {"source": "local", "local": local, "tokenize": tokenize, "clean": {"max_words": 0, **clean}}
+    return tiny_config(tmp_path, data=data, vocab={"size": 40, "threads": 1})
+
+
+def test_prepare_tokenizes_the_training_split_only_and_says_so(tmp_path: Path) -> None:
+    config = moses_config(tmp_path)
+    manifest = prepare(config).manifest
+    data = config.data_dir
+    train_src = (data / "train.src").read_text(encoding="utf-8").splitlines()
+    raw_src = Path(config.data.local.train.src).read_text(encoding="utf-8").splitlines()
+    assert train_src == [moses.tokenize_line(line, "en") for line in raw_src]
+    train_tgt = (data / "train.tgt").read_text(encoding="utf-8").splitlines()
+    assert "c' est « rouge » !" in train_tgt  # the target in French
+    for split in ("valid", "test"):  # what the model is given and scored against: the corpus' text
+        assert (data / f"{split}.tgt").read_text() == Path(getattr(config.data.local, split).tgt).read_text()
+    assert manifest["tokenize"] == "moses"
+    assert [manifest["splits"][s]["tokenized"] for s in ("train", "valid", "test")] == [True, False, False]
+
+
+def test_cleaning_counts_tokenized_words(tmp_path: Path) -> None:
+    """'a dog, a house.' is 4 white-space words but 6 Moses words: max_words 5 drops it only tokenised."""
+    kept = {}
+    for tokenize in ("none", "moses"):
+        config = moses_config(tmp_path / tokenize, tokenize=tokenize, max_words=5)
+        manifest = prepare(config).manifest
+        kept[tokenize] = manifest["splits"]["train"]["dropped"]["max_words"]
+        source = (config.data_dir / "train.src").read_text(encoding="utf-8")
+        assert ("a dog , a house ." in source) is False
+    assert kept["none"] == 0 and kept["moses"] > 0
+
+
+@pytest.fixture(scope="module")
+def moses_vocab(tmp_path_factory: pytest.TempPathFactory):
+    config = moses_config(tmp_path_factory.mktemp("moses"))
+    prepare(config)
+    return config, build_vocab(config)
+
+
+def test_the_vocabulary_tokenizes_raw_text_once(moses_vocab) -> None:
+    config, vocab = moses_vocab
+    assert Vocab.load(config.data_dir / "vocab").moses_langs == ("en", "fr")
+    manifest = json.loads((config.data_dir / "vocab" / "manifest.json").read_text())
+    assert manifest["tokenize"] == {"scheme": "moses", "src_lang": "en", "tgt_lang": "fr"}
+    tokenized = [moses.tokenize_line(line, "en") for line in EN]
+    assert vocab.encode_src(EN) == vocab.encode_src(tokenized, tokenized=True)
+    assert vocab.encode_src(tokenized) != vocab.encode_src(tokenized, tokenized=True)  # twice differs
+    assert vocab.src_pieces(EN[0]) == [vocab._src.id_to_piece(i) for i in vocab.encode_src(EN[:1])[0]]
+
+
+def test_decoding_gives_the_corpus_text_back(moses_vocab) -> None:
+    _, vocab = moses_vocab
+    for line in FR:
+        assert vocab.decode_tgt(vocab.encode_tgt([line])[0]) == line
+        assert vocab.tgt_text(vocab.encode_tgt([line])[0]) == moses.tokenize_line(line, "fr")
+
+
+def test_the_cache_encodes_prepared_training_text_without_tokenizing_again(moses_vocab) -> None:
+    config, vocab = moses_vocab
+    build_cache(config, vocab)
+    raw_train = Path(config.data.local.train.src).read_text(encoding="utf-8").splitlines()
+    raw_valid = Path(config.data.local.valid.src).read_text(encoding="utf-8").splitlines()
+    for split, raw in (("train", raw_train), ("valid", raw_valid)):
+        cached = load_cache(config.data_dir / "vocab", split).src
+        assert [cached[i].tolist() for i in range(20)] == vocab.encode_src(raw[:20])
+    assert cache_stats(config.data_dir / "vocab")["train.src"]["sentences"] == len(raw_train)
+
+
+def test_a_vocabulary_without_tokenization_keeps_an_older_manifest_current(tmp_path: Path) -> None:
+    config = moses_config(tmp_path, tokenize="none")
+    prepare(config)
+    vocab = build_vocab(config)
+    manifest_file = config.data_dir / "vocab" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    assert manifest["tokenize"] is None and vocab.moses_langs is None
+    del manifest["tokenize"]  # as vocabularies built before the key existed
+    manifest_file.write_text(json.dumps(manifest))
+    model_time = (config.data_dir / "vocab" / "src.model").stat().st_mtime_ns
+    assert build_vocab(config).moses_langs is None
+    assert (config.data_dir / "vocab" / "src.model").stat().st_mtime_ns == model_time  # not retrained
+
+
+def test_translations_are_detokenized(moses_vocab) -> None:
+    config, vocab = moses_vocab
+    torch.manual_seed(0)
+    model = build_model(config.model, vocab.src_size, vocab.tgt_size).eval()
+    decode = config.decode.__class__(beam_size=2, max_len_a=0.0, max_len_b=6, min_len_a=0.0)
+    (translation,) = Translator(model, vocab, decode, "cpu").translate([EN[1]])
+    tokens = translation.hypotheses[0].tokens
+    assert translation.texts[0] == moses.detokenize(vocab.tgt_text(tokens), "fr").strip()
+
+
+def test_buckets_can_count_moses_words() -> None:
+    sources = ["a, b, c, d, e.", "a b c d e f g h i j k"]  # 5 white-space words, 10 Moses words; 11 both
+    references = hypotheses = ["x y", "x y"]
+    systems = [System("s", hypotheses)]
+    counts = {}
+    for words in ("whitespace", "moses"):
+        config = EvalConfig(buckets=[0, 10], words=words, bootstrap=0)
+        report = evaluate(systems, references, sources, by_length=True, config=config, words_lang="en")
+        rows = {row["bucket"]: row["count"] for row in report["systems"][0]["rows"] if row["subset"] == "all"}
+        counts[words] = (rows["0-10"], rows["10+"])
+        assert report["words"] == ("moses:en" if words == "moses" else "whitespace")
+    assert counts == {"whitespace": (1, 1), "moses": (0, 2)}
+    with pytest.raises(UserError, match="eval.words: moses needs the language of the source"):
+        evaluate(systems, references, sources, by_length=True, config=EvalConfig(words="moses"))
+    assert np.array_equal(np.array([moses.word_count(s, "en") for s in sources]), np.array([10, 11]))
+
+
+def test_eval_counts_moses_words_from_the_command_line(tmp_path: Path) -> None:
+    for name, lines in (("src", ["a, b, c, d, e.", "a b c d e f g h i j k"]), ("ref", ["x y"] * 2)):
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    common = ("eval", "--hyp", str(tmp_path / "ref"), "--ref", str(tmp_path / "ref"), "--src")
+    common += (str(tmp_path / "src"), "--by-length", "--buckets", "0,10", "--words", "moses")
+    result = run_main(*common, "--words-lang", "en", "--output", str(tmp_path / "r.json"), text=True)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["words"] == "moses:en"
+    assert [row["count"] for row in report["systems"][0]["rows"]] == [2, 0, 2]  # all, 0-10, 10+
+    assert_one_line_error(run_main(*common), "--words moses", "give --words-lang LANG")
