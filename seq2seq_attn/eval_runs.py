@@ -9,14 +9,22 @@ the self-contained HTML page with heat maps of how the runs attend.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import Config, EvalConfig, override
 from .console import info
 from .errors import UserError
-from .evaluate import System, comparison_pairs, differing_examples, evaluate, read_text, shortlist_subset
+from .evaluate import (
+    Subset,
+    System,
+    comparison_pairs,
+    differing_examples,
+    evaluate,
+    read_text,
+    shortlist_subset,
+)
 from .io import read_json, write_text
 from .report import render
 
@@ -97,6 +105,32 @@ def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: d
     return first
 
 
+def no_unk_subset(subset: Subset, translated: Sequence[TranslatedRun], sources: list[str]) -> Subset:
+    """Table 1's "no UNK" rows as the authors scored them: each word-vocabulary run translates those
+    sentences again with a search that never generates <unk> (`decode.no_unk`, GroundHog's --ignore-unk,
+    which falls back to <unk> allowed where nothing else ends); kept beside the run's hypotheses."""
+    from .translate import Translator
+
+    outputs = {}
+    chosen = [sources[i] for i in subset.members]
+    for run in translated:
+        if run.vocab.model_type != "word" or not chosen:
+            continue
+        translator = run.translator
+        if not translator.cfg.no_unk:  # otherwise its own hypotheses already are no-UNK ones
+            no_unk = replace(translator.cfg, no_unk=True)
+            search = Translator(translator.model, run.vocab, no_unk, translator.device)
+            hypotheses = list(run.system.hypotheses)
+            for i, found in zip(subset.members, search.translate(chosen), strict=True):
+                hypotheses[i] = found.texts[0] if found.texts else ""
+            path = Path(run.system.path).with_suffix(".no-unk.hyp")
+            write_text(path, "".join(hypotheses[i] + "\n" for i in subset.members))
+            info(f"eval: translated the {len(chosen)} no-UNK lines with <unk> forbidden -> {path}")
+            outputs[run.system.label] = hypotheses
+    definition = f"{subset.definition}; translated with <unk> forbidden (decode.no_unk)"
+    return replace(subset, definition=definition, outputs=outputs)
+
+
 def bucketed_lang(configs: Sequence[Config], bucket_by: str) -> str | None:
     """The language of the sentences that pick the bucket, from the first run's data section."""
     if not configs:
@@ -145,6 +179,9 @@ def evaluate_runs(
     config = override(section, given, "eval.", names)
     # (label, vocabulary) of the word-vocabulary runs: their shortlists define the "no UNK" sentences
     shortlists = [(run.system.label, run.vocab) for run in translated if run.vocab.model_type == "word"]
+    subsets = []
+    if shortlists:
+        subsets.append(no_unk_subset(shortlist_subset(shortlists, sources, references), translated, sources))
     report = evaluate(
         systems,
         references,
@@ -153,7 +190,7 @@ def evaluate_runs(
         config=config,
         references_path=str(references_path),
         sources_path=str(sources_path) if sources_path is not None else "",
-        subsets=[shortlist_subset(shortlists, sources, references)] if shortlists else [],
+        subsets=subsets,
         moses_lang=moses_lang,
         baseline=baseline,
         words_lang=words_lang or bucketed_lang([run.config for run in translated], config.bucket_by),

@@ -33,6 +33,7 @@ The report (returned by `evaluate`, saved as JSON) has a stable, versioned layou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -200,6 +201,9 @@ class Subset:
     name: str
     definition: str  # for readers of the report: which sentences are in it
     members: np.ndarray  # (sentences in the subset,) ascending sentence ids
+    # system label -> its hypotheses for this subset's rows, one per reference line (only the members'
+    # are read), when they differ from the system's own: Table 1's no-UNK search
+    outputs: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 NO_UNK = "no UNK"
@@ -417,7 +421,14 @@ def evaluate(
 
     scorers = Scorers(references, moses_lang)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
-    rows, comparisons = score_groups(stats, [every, *subsets], buckets, labels, pairs, scorers, config)
+    by_subset = [  # the stats each subset's rows read: a system's own, or its outputs for that subset
+        [
+            scorers.stats(subset.outputs[system.label]) if system.label in subset.outputs else own
+            for system, own in zip(systems, stats, strict=True)
+        ]
+        for subset in [every, *subsets]
+    ]
+    rows, comparisons = score_groups(by_subset, [every, *subsets], buckets, labels, pairs, scorers, config)
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -452,7 +463,7 @@ def evaluate(
 
 
 def score_groups(
-    stats: list[dict[str, np.ndarray]],
+    by_subset: list[list[dict[str, np.ndarray]]],
     subsets: Sequence[Subset],
     buckets: np.ndarray | None,
     labels: Sequence[str],
@@ -461,10 +472,11 @@ def score_groups(
     config: EvalConfig,
 ) -> tuple[list[list[dict[str, Any]]], list[list[dict[str, Any]]]]:
     """The score rows of each system and the rows of each compared pair, for every group (all sentences,
-    then each bucket) of every subset; each group draws its own seeded, paired resamples (see top)."""
-    rows: list[list[dict[str, Any]]] = [[] for _ in stats]
+    then each bucket) of every subset; each group draws its own seeded, paired resamples (see top).
+    by_subset[k][i]: system i's sentence statistics for the rows of subset k."""
+    rows: list[list[dict[str, Any]]] = [[] for _ in by_subset[0]]
     comparisons: list[list[dict[str, Any]]] = [[] for _ in pairs]
-    for subset_number, subset in enumerate(subsets):
+    for subset_number, (subset, stats) in enumerate(zip(subsets, by_subset, strict=True)):
         for number, (label, members) in enumerate(groups(subset, buckets, labels)):
             seed = (config.seed, subset_number, number)
             bleu_stats = [system_stats["bleu"][members] for system_stats in stats]  # each (members, 10)

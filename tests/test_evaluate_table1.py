@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sacrebleu
 import sentencepiece as spm
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
-from seq2seq_attn.evaluate import System, evaluate
+from seq2seq_attn.evaluate import Subset, System, evaluate
 from seq2seq_attn.report import render
 
 
@@ -58,16 +59,18 @@ def test_no_unk_rows_score_exactly_the_sentences_the_shortlists_cover(word_run: 
         ("no UNK", len(covered)),
     ]
     hypotheses = (tmp_path / "test.word.hyp").read_text().splitlines()
+    # the no-UNK rows read a second search of those sentences that never generates <unk> (Table 1)
+    no_unk = dict(zip(covered, (tmp_path / "test.word.no-unk.hyp").read_text().splitlines(), strict=True))
+    assert not any("<unk>" in line for line in no_unk.values())
     rows = {(row["subset"], row["bucket"]): row for row in report["systems"][0]["rows"]}
     for bucket, low, high in [("all", 0, 99), ("0-4", 0, 4), ("4-8", 4, 8), ("8+", 8, 99)]:
         members = [i for i in covered if low <= len(sources[i].split()) < high]
         row = rows["no UNK", bucket]
         assert row["count"] == len(members)
         if members:
-            expected = sacrebleu.corpus_bleu(
-                [hypotheses[i] for i in members], [[references[i] for i in members]]
-            )
+            expected = sacrebleu.corpus_bleu([no_unk[i] for i in members], [[references[i] for i in members]])
             assert row["bleu"] == expected.score
+    assert rows["all", "all"]["bleu"] == sacrebleu.corpus_bleu(hypotheses, [references]).score
     assert "no UNK: " in result.stdout and "no UNK" in render(report, "markdown")
 
 
@@ -108,3 +111,20 @@ def test_moses_bleu_is_bleu_of_moses_tokens_without_smoothing():
     text = render(report, "text")
     assert "BLEU-moses" in text and "multi-bleu.perl" in text
     assert f",all,{row['bleu_moses']}," in render(report, "csv").splitlines()[1]
+
+
+def test_a_subset_scores_its_own_outputs_where_a_system_has_them():
+    references = ["a b c d", "e f g h", "i j k l"]
+    first, second = ["a b c d", "x x x x", "i j k l"], ["a b c d", "e f g h", "i j k l"]
+    subset = Subset("no UNK", "lines 1 and 2", np.array([1, 2]), outputs={"s": second})
+    report = evaluate(
+        [System("s", first), System("t", first)], references, subsets=[subset], config=EvalConfig(bootstrap=0)
+    )
+    rows = {
+        (system["label"], row["subset"]): row["bleu"]
+        for system in report["systems"]
+        for row in system["rows"]
+    }
+    assert rows["s", "no UNK"] == pytest.approx(100.0)  # its outputs for the subset
+    assert rows["t", "no UNK"] == sacrebleu.corpus_bleu(first[1:], [references[1:]]).score < 100
+    assert rows["s", "all"] == rows["t", "all"] < 100  # every sentence: its own hypotheses
