@@ -24,6 +24,7 @@ from . import data as data_cli
 from . import evaluate as evaluate_cli
 from . import model as model_cli
 from . import plot as plot_cli
+from . import score as score_cli
 from . import train as train_cli
 from . import translate as translate_cli
 from . import vocab as vocab_cli
@@ -60,7 +61,17 @@ def _global_options(
     console.set_quiet(quiet)
 
 
-for _module in (config_cli, data_cli, vocab_cli, model_cli, train_cli, translate_cli, evaluate_cli, plot_cli):
+for _module in (
+    config_cli,
+    data_cli,
+    vocab_cli,
+    model_cli,
+    train_cli,
+    translate_cli,
+    evaluate_cli,
+    score_cli,
+    plot_cli,
+):
     _module.register(app)
 align_cli.register(app)
 
