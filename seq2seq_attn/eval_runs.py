@@ -4,6 +4,9 @@
 run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller leaves unset
 from those runs' configs, and writes what the report becomes: the table in a file, the length curve and
 the self-contained HTML page with heat maps of how the runs attend.
+
+A system may be an ensemble of runs (ensemble.py): it translates with the first run's decode settings,
+and its first run's config stands for it (its `eval` and `data` sections, whether it has attention).
 """
 
 from __future__ import annotations
@@ -64,9 +67,9 @@ class Evaluation:
     translated: list[TranslatedRun]
 
 
-def default_run_label(run: Path) -> str:
-    """A run's name, or `<run>-<checkpoint>` for a checkpoint file."""
-    return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
+def default_run_label(runs: Sequence[Path]) -> str:
+    """A run's name, or `<run>-<checkpoint>` for a checkpoint file; an ensemble's joined by `+`."""
+    return "+".join(run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}" for run in runs)
 
 
 def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) -> Path:
@@ -76,18 +79,18 @@ def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) 
 
 
 def translate_run(
-    run: Path, label: str, sources: list[str], hyp_path: Path, device: torch.device
+    runs: Sequence[Path], label: str, sources: list[str], hyp_path: Path, device: torch.device
 ) -> TranslatedRun:
-    """Translate `sources` with a trained run's own decode settings and keep the hypotheses file."""
-    from .run_dir import load_trained
-    from .translate import Translator
+    """Translate `sources` with a trained run (or the ensemble of `runs`) and its own decode settings (the
+    first run's), and keep the hypotheses file."""
+    from .ensemble import load_runs
 
-    network, vocab, config = load_trained(run, device)
-    translator = Translator(network, vocab, config.decode, device)
+    loaded = load_runs(runs, device)
+    translator = loaded.translator()
     hypotheses = [t.texts[0] if t.texts else "" for t in translator.translate(sources)]
     write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
-    info(f"eval: translated {len(sources)} lines with {run} -> {hyp_path}")
-    return TranslatedRun(System(label, hypotheses, str(hyp_path)), translator, config)
+    info(f"eval: translated {len(sources)} lines with {' + '.join(map(str, runs))} -> {hyp_path}")
+    return TranslatedRun(System(label, hypotheses, str(hyp_path)), translator, loaded.configs[0])
 
 
 def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: dict[str, str]) -> EvalConfig:
@@ -109,8 +112,6 @@ def no_unk_subset(subset: Subset, translated: Sequence[TranslatedRun], sources: 
     """Table 1's "no UNK" rows as the authors scored them: each word-vocabulary run translates those
     sentences again with a search that never generates <unk> (`decode.no_unk`, GroundHog's --ignore-unk,
     which falls back to <unk> allowed where nothing else ends); kept beside the run's hypotheses."""
-    from .translate import Translator
-
     outputs = {}
     chosen = [sources[i] for i in subset.members]
     for run in translated:
@@ -118,8 +119,7 @@ def no_unk_subset(subset: Subset, translated: Sequence[TranslatedRun], sources: 
             continue
         translator = run.translator
         if not translator.cfg.no_unk:  # otherwise its own hypotheses already are no-UNK ones
-            no_unk = replace(translator.cfg, no_unk=True)
-            search = Translator(translator.model, run.vocab, no_unk, translator.device)
+            search = translator.with_settings(replace(translator.cfg, no_unk=True))
             hypotheses = list(run.system.hypotheses)
             for i, found in zip(subset.members, search.translate(chosen), strict=True):
                 hypotheses[i] = found.texts[0] if found.texts else ""
@@ -143,7 +143,7 @@ def evaluate_runs(
     systems: list[System],
     references_path: Path,
     sources_path: Path | None,
-    runs: Sequence[tuple[Path, str]],
+    runs: Sequence[tuple[Sequence[Path], str]],
     given: dict[str, Any],
     names: dict[str, str],
     *,
@@ -153,7 +153,8 @@ def evaluate_runs(
     words_lang: str | None = None,
     keep_in: Path | None = None,
 ) -> Evaluation:
-    """Score `systems` and the trained `runs` ((run, label) pairs) against the references.
+    """Score `systems` and the trained `runs` ((runs, label) pairs: one run, or an ensemble's) against the
+    references.
 
     Each run translates the sources (kept as `hypotheses_path`). The `eval` keys in `given` that are not
     None override the runs' eval section (`runs_eval_section`); `names` says how a user sets each key,
@@ -171,9 +172,9 @@ def evaluate_runs(
     translated = []
     if runs:
         device = resolve_device("auto", "the device")
-        for run, label in runs:
-            path = hypotheses_path(run, label, sources_path, keep_in)
-            translated.append(translate_run(run, label, sources, path, device))
+        for paths, label in runs:
+            hyp_path = hypotheses_path(paths[0], label, sources_path, keep_in)
+            translated.append(translate_run(paths, label, sources, hyp_path, device))
     systems = [*systems, *(run.system for run in translated)]
     section = runs_eval_section([run.config for run in translated], given, names)
     config = override(section, given, "eval.", names)

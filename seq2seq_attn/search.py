@@ -33,6 +33,11 @@ the tokens plus EOS. The score used for ranking is log p / lp(L) with lp = 1 (`n
 Batch invariance: nothing in a sentence's search reads another sentence's rows: constraints, top-k,
 stopping and scores are per row; padding is masked by the model. Within a sentence, ties in top-k are
 resolved by the values of that sentence's row alone.
+
+Ensembles (ensemble.py) are searched by this same code: an `Ensemble` answers `encode`, `init_state` and
+`step` as one model does. When its models read different source vocabularies, the source tensor holds
+each model's ids, (batch, models, src_len) (`translate_ids`'s `other_src_ids`), and the lengths that
+bound the search are the first model's.
 """
 
 from __future__ import annotations
@@ -119,8 +124,8 @@ class Beams:
     """
 
     k: int
-    enc: EncoderOutput  # one row per sentence still searching (its beams share it)
-    state: DecoderState  # (rows, ...)
+    enc: EncoderOutput  # one row per sentence still searching (its beams share it); ensembles: per model
+    state: DecoderState  # (rows, ...); ensembles: one per model
     log_p: Tensor  # (sentences, k) log p of each open hypothesis; -inf marks an empty slot
     tokens: Tensor  # (rows, step) the hypotheses so far
     history: Tensor | None  # (rows, step, src_len) their attention, when asked for
@@ -150,11 +155,12 @@ def beam_search(
     """The `cfg.nbest` best hypotheses of each sentence, best first, in one search: a sentence with no
     hypothesis that ended within its length limit (only with `at_max_len: retry`) gets none.
 
-    src: (batch, src_len) source ids, each sentence ending in EOS, padded with PAD. src_lengths: (batch,)
-    including that EOS. The model must be in eval mode (see `translate_ids`). Each step: score every
-    continuation, keep each sentence's best (`best_continuations`), move the ended ones to `finished`
-    (`record_finished`), let the sentences that are done leave the batch (`drop_done`), and extend the
-    open hypotheses (`advance`).
+    src: (batch, src_len) source ids, each sentence ending in EOS, padded with PAD, or an ensemble's
+    (batch, models, src_len), one row per model (`pad_sources`). src_lengths: (batch,) including that EOS,
+    the first model's for an ensemble: they set the length bounds. The model must be in eval mode (see
+    `translate_ids`). Each step: score every continuation, keep each sentence's best
+    (`best_continuations`), move the ended ones to `finished` (`record_finished`), let the sentences that
+    are done leave the batch (`drop_done`), and extend the open hypotheses (`advance`).
     """
     src_lens = [n - 1 for n in src_lengths.tolist()]  # without the source EOS
     max_lens = [max_output_length(n, cfg) for n in src_lens]
@@ -228,7 +234,7 @@ def start(
         state=model.init_state(enc).index_select(beam_rows),
         log_p=log_p,
         tokens=torch.empty((batch * k, 0), dtype=torch.long, device=device),
-        history=src.new_zeros((batch * k, 0, src.size(1)), dtype=torch.float) if with_attention else None,
+        history=src.new_zeros((batch * k, 0, src.size(-1)), dtype=torch.float) if with_attention else None,
         y_prev=torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device),
         max_len_rows=torch.tensor(max_lens, device=device).repeat_interleave(k),
         min_len_rows=torch.tensor(min_lens, device=device).repeat_interleave(k),
@@ -399,6 +405,7 @@ def translate_ids(
     device: torch.device | str,
     batch_tokens: int | None = None,
     with_attention: bool = False,
+    other_src_ids: Sequence[Sequence[Sequence[int]]] = (),
 ) -> list[list[Hypothesis]]:
     """Search every source sentence (ids without EOS); the n-best lists come back in input order.
 
@@ -407,20 +414,26 @@ def translate_ids(
     little work is spent on padding; the model is put in eval mode
     for the call and restored afterwards. With bf16 (`decode.precision`) the model runs under autocast and
     the scores are still summed in fp32.
+
+    other_src_ids: for an ensemble whose models read different source vocabularies, the same sentences
+    as each further model reads them, one list like `src_ids` per model (`src_ids` being the first
+    model's); a sentence then costs its longest reading.
     """
     device = torch.device(device)
     bf16 = uses_bf16(decode_cfg.precision, device)
     budget = batch_tokens or decode_cfg.batch_tokens
     most = decode_cfg.batch_sentences or len(src_ids)
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]), reverse=True)
+    readings = [src_ids, *other_src_ids]  # (models, sentences, ids): each model's ids of each sentence
+    lengths = [max(len(ids[i]) for ids in readings) + 1 for i in range(len(src_ids))]  # EOS included
+    order = sorted(range(len(src_ids)), key=lambda i: lengths[i], reverse=True)
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     was_training = model.training
     model.eval()
     try:
-        for batch in _length_batches(order, [len(s) + 1 for s in src_ids], budget, most):
-            src, lengths = pad_sources([src_ids[i] for i in batch], device)
+        for batch in _length_batches(order, lengths, budget, most):
+            src, src_lengths = pad_sources([[ids[i] for i in batch] for ids in readings], device)
             with bf16_autocast(device.type, bf16):
-                searched = search_with_retries(model, src, lengths, decode_cfg, with_attention)
+                searched = search_with_retries(model, src, src_lengths, decode_cfg, with_attention)
             for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps
     finally:
@@ -441,11 +454,18 @@ def _length_batches(order: list[int], lengths: list[int], budget: int, most: int
     return batches
 
 
-def pad_sources(sequences: Sequence[Sequence[int]], device: torch.device | str) -> tuple[Tensor, Tensor]:
-    """(batch, longest + 1) ids with EOS appended (as in training) and PAD after; lengths include EOS."""
-    lengths = [len(s) + 1 for s in sequences]
-    src = torch.full((len(sequences), max(lengths)), PAD_ID, dtype=torch.long)
-    for row, ids in enumerate(sequences):
-        src[row, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
-        src[row, len(ids)] = EOS_ID
-    return src.to(device), torch.tensor(lengths, dtype=torch.long, device=device)
+def pad_sources(
+    readings: Sequence[Sequence[Sequence[int]]], device: torch.device | str
+) -> tuple[Tensor, Tensor]:
+    """The source tensor of a batch read by one model or more, `readings` (models, sentences, ids): each
+    sentence's ids with EOS appended (as in training) and PAD after, (batch, longest + 1) for one model,
+    (batch, models, longest + 1) for several; and the first model's lengths (batch,), EOS included."""
+    lengths = [[len(ids) + 1 for ids in sentences] for sentences in readings]  # (models, sentences)
+    width = max(max(counts) for counts in lengths)
+    src = torch.full((len(readings[0]), len(readings), width), PAD_ID, dtype=torch.long)
+    for m, sentences in enumerate(readings):
+        for row, ids in enumerate(sentences):
+            src[row, m, : len(ids)] = torch.as_tensor(list(ids), dtype=torch.long)
+            src[row, m, len(ids)] = EOS_ID
+    src = src.squeeze(1)  # one model: (batch, width); several keep their model dimension
+    return src.to(device), torch.tensor(lengths[0], dtype=torch.long, device=device)

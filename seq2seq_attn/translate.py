@@ -20,7 +20,8 @@ Output formats (`format_rows`):
 
 UNK replacement (Jean et al. 2015; Luong et al. 2015): each generated <unk> becomes the source word that
 holds the most attended source piece at that step (the source EOS is not a candidate), translated through
-a dictionary (TSV: source word<TAB>target word) when it has the word, copied otherwise.
+a dictionary (TSV: source word<TAB>target word) when it has the word, copied otherwise. An ensemble's
+attention is over its first model's source pieces (ensemble.py says whose weights it averages).
 
 Attention files: for input line i (0-based, non-empty lines only), `<dir>/<i:06d>.png`, a heat map of the
 best hypothesis, and `<dir>/<i:06d>.json`: {"index", "source": pieces + </s>, "target": pieces + </s>,
@@ -103,7 +104,8 @@ class Translation:
 
 
 class Translator:
-    """A trained model, its vocabulary and the search settings, applied to lists of raw lines."""
+    """A trained model (or an ensemble of them, ensemble.py), its vocabulary and the search settings,
+    applied to lists of raw lines. `ensemble.load_translator` builds one from run folders."""
 
     def __init__(
         self,
@@ -112,10 +114,16 @@ class Translator:
         decode_cfg: DecodeConfig,
         device: torch.device | str,
         with_attention: bool = False,
+        other_src_vocabs: Sequence[Vocab] = (),
     ) -> None:
+        """vocab: the model's, or an ensemble's first model's: it reads the source (its pieces label the
+        attention) and writes the target. other_src_vocabs: for an ensemble whose models read different
+        source vocabularies, the further models' vocabularies, in order; each reads the source for its
+        model."""
         # greedy search gains nothing from compiling (too few rows per step) and would pay the compilation
         model.compile_attention(decode_cfg.compile and decode_cfg.beam_size > 1)
         self.model, self.vocab, self.cfg, self.device = model, vocab, decode_cfg, device
+        self.other_src_vocabs = list(other_src_vocabs)
         self.with_attention = with_attention or decode_cfg.replace_unk
         use_dictionary = decode_cfg.replace_unk and decode_cfg.unk_dictionary
         self.dictionary = load_dictionary(decode_cfg.unk_dictionary) if use_dictionary else {}
@@ -124,15 +132,38 @@ class Translator:
         """One Translation per line, in order."""
         texts = [clean(line) for line in lines]
         todo = [i for i, text in enumerate(texts) if text]
-        encoded = self.vocab.encode_src([texts[i] for i in todo]) if todo else []
-        kept = [(i, seq[: self.cfg.max_src_tokens]) for i, seq in zip(todo, encoded, strict=True) if seq]
-        todo, ids = [i for i, _ in kept], [seq for _, seq in kept]  # (a line can normalise to nothing)
+        readings = [self.source_ids(vocab, [texts[i] for i in todo]) for vocab in self.source_vocabs]
+        kept = [n for n, ids in enumerate(readings[0]) if ids]  # (a line can normalise to nothing)
+        todo = [todo[n] for n in kept]
+        ids, *other_ids = ([reading[n] for n in kept] for reading in readings)
         results = [Translation([], [], []) for _ in lines]
-        searched = translate_ids(self.model, ids, self.cfg, self.device, with_attention=self.with_attention)
+        searched = translate_ids(
+            self.model,
+            ids,
+            self.cfg,
+            self.device,
+            with_attention=self.with_attention,
+            other_src_ids=other_ids,
+        )
         for i, nbest in zip(todo, searched, strict=True):
             pieces = self.vocab.src_pieces(texts[i])[: self.cfg.max_src_tokens] if self.with_attention else []
             results[i] = Translation(pieces, nbest, [self.detokenize(hyp, pieces) for hyp in nbest])
         return results
+
+    def with_settings(self, decode_cfg: DecodeConfig, with_attention: bool = False) -> Translator:
+        """The same model and vocabularies searching with other settings."""
+        return Translator(
+            self.model, self.vocab, decode_cfg, self.device, with_attention, self.other_src_vocabs
+        )
+
+    @property
+    def source_vocabs(self) -> list[Vocab]:
+        """The vocabularies that read the source: the model's, or each of an ensemble's models'."""
+        return [self.vocab, *self.other_src_vocabs]
+
+    def source_ids(self, vocab: Vocab, texts: list[str]) -> list[list[int]]:
+        """Each text's ids in `vocab`, cut to `decode.max_src_tokens`."""
+        return [ids[: self.cfg.max_src_tokens] for ids in vocab.encode_src(texts)] if texts else []
 
     def detokenize(self, hyp: Hypothesis, src_pieces: list[str]) -> str:
         if not (self.cfg.replace_unk and UNK_ID in hyp.tokens):

@@ -59,10 +59,18 @@ def eval_command(
         help="A trained run (or checkpoint): translate --src with its decode settings, then score it; the "
         "hypotheses are kept next to the report (or in the run directory). Repeatable.",
     ),
+    ensemble: list[str] = typer.Option(
+        [],
+        "--ensemble",
+        metavar="RUN,RUN,...",
+        help="Trained runs (or checkpoints) that translate --src together as one system, as `translate "
+        "--model A --model B` does; scored like a --model. Repeatable, one system each.",
+    ),
     label: list[str] = typer.Option(
         [],
         "--label",
-        help="Name of each --hyp, then of each --model, in order (default: file name / run name).",
+        help="Name of each --hyp, then of each --model, then of each --ensemble, in order (default: file "
+        "name / run name / run names joined by +).",
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
     buckets: str | None = run_default_option(
@@ -139,7 +147,8 @@ def eval_command(
     run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
     ("no UNK", Bahdanau et al. 2014, Table 1). Options left out take the `eval` section of the --model
     runs' configs."""
-    check_options(hyp, model, src, label, by_length, bucket_by, (words, words_lang), plot, alignment, html)
+    trained = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
+    check_options(hyp, trained, src, label, by_length, bucket_by, (words, words_lang), plot, alignment, html)
     aer = read_alignment(alignment) if alignment is not None else None
     for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
@@ -159,7 +168,7 @@ def eval_command(
     }
     override(EvalConfig(), given, "eval.", OPTIONS)  # a bad option fails before any translation
     systems = load_systems(hyp, label[: len(hyp)])
-    runs = list(zip(model, label[len(hyp) :] or [default_run_label(path) for path in model], strict=True))
+    runs = list(zip(trained, label[len(hyp) :] or map(default_run_label, trained), strict=True))
     comparison_pairs(
         [system.label for system in systems] + [name for _, name in runs], baseline, "--baseline"
     )
@@ -181,9 +190,17 @@ def eval_command(
         write_html(html, evaluation, aer)
 
 
+def ensemble_runs(value: str) -> list[Path]:
+    """The runs of one `--ensemble A,B,...` (two or more)."""
+    runs = [item.strip() for item in value.split(",")]
+    if len(runs) < 2 or not all(runs):
+        raise UserError(f"--ensemble {value}: give two or more runs separated by commas (one run: --model)")
+    return [Path(run) for run in runs]
+
+
 def check_options(
     hyp: list[Path],
-    model: list[Path],
+    trained: list[list[Path]],
     src: Path | None,
     label: list[str],
     by_length: bool,
@@ -194,19 +211,21 @@ def check_options(
     html: Path | None,
 ) -> None:
     """The combinations of options `seq2seq eval` refuses, before any work."""
-    if not hyp and not model:
-        raise UserError("give at least one --hyp FILE or --model RUN_DIR")
-    if model and src is None:
-        raise UserError("--model translates the source: give --src FILE")
-    if label and len(label) != len(hyp) + len(model):
+    if not hyp and not trained:
+        raise UserError("give at least one --hyp FILE, --model RUN_DIR or --ensemble RUN,RUN")
+    if trained and src is None:
+        option = "--model" if len(trained[0]) == 1 else "--ensemble"  # (the --model runs come first)
+        raise UserError(f"{option} translates the source: give --src FILE")
+    if label and len(label) != len(hyp) + len(trained):
         raise UserError(
-            f"{len(label)} --label for {len(hyp)} --hyp and {len(model)} --model: one each, or none"
+            f"{len(label)} --label for {len(hyp)} --hyp and {len(trained)} --model / --ensemble: one each, "
+            "or none"
         )
     if by_length and src is None and (bucket_by.value if bucket_by else EvalConfig().bucket_by) == "source":
         raise UserError(
             "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
         )
-    if words[0] is not None and words[0].value == "moses" and not model and not words[1]:
+    if words[0] is not None and words[0].value == "moses" and not trained and not words[1]:
         raise UserError("--words moses counts the words of one language: give --words-lang LANG")
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")

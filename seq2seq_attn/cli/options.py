@@ -11,9 +11,20 @@ from ..config import EvalConfig, TrainConfig, choices_enum
 Device = choices_enum(TrainConfig, "device")
 
 
+MODEL_HELP = "Run directory (its best checkpoint) or a checkpoint file in a run's checkpoints/ folder."
+
+
 def model_option() -> Any:
     """`--model/-m RUN`: a trained run (its best checkpoint) or one of its checkpoint files."""
-    help = "Run directory (its best checkpoint) or a checkpoint file in a run's checkpoints/ folder."
+    return typer.Option(..., "--model", "-m", help=MODEL_HELP, show_default=False)
+
+
+def models_option() -> Any:
+    """`--model/-m RUN`, repeatable: several runs make an ensemble (ensemble.py)."""
+    help = (
+        f"{MODEL_HELP} Repeat it to translate with the ensemble of several runs: the mean of their "
+        "log-probabilities, the first run's decode settings (the runs must share the target vocabulary)."
+    )
     return typer.Option(..., "--model", "-m", help=help, show_default=False)
 
 

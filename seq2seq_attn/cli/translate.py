@@ -1,6 +1,7 @@
 """`seq2seq translate`: raw text in, translations out, one line per line; `seq2seq average`: checkpoint means.
 
-Search settings default to the run's `decode` config section; each option overrides one key.
+Search settings default to the run's `decode` config section (the first run's, for an ensemble of
+several `--model` runs); each option overrides one key.
 torch is imported inside the commands, so `seq2seq --help` and every other command start fast.
 """
 
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import typer
 
-from ..config import DecodeConfig, choices_enum, override
+from ..config import DecodeConfig, choices_enum
 from ..console import info
 from ..errors import UserError
 from ..io import check_writable, open_binary
-from .options import Device, device_option, model_option
+from .options import Device, device_option, models_option
 
 Precision = choices_enum(DecodeConfig, "precision")
 Penalty = choices_enum(DecodeConfig, "length_penalty")
@@ -78,7 +79,7 @@ def register(app: typer.Typer) -> None:
 
 
 def translate_command(
-    model: Path = model_option(),
+    model: list[Path] = models_option(),
     input_path: str = typer.Option(
         "-", "--input", "-i", help="Source text (.gz read directly); - for stdin."
     ),
@@ -94,7 +95,9 @@ def translate_command(
     attention: Path | None = typer.Option(None, "--attention", help=HELP["attention"]),
     replace_unk: bool | None = typer.Option(None, "--replace-unk/--no-replace-unk", help=HELP["replace_unk"]),
     dictionary: Path | None = typer.Option(None, "--dictionary", help=HELP["dictionary"]),
-    average: int = typer.Option(0, "--average", help="Average the last K step-N.pt checkpoints of the run."),
+    average: int = typer.Option(
+        0, "--average", help="Average the last K step-N.pt checkpoints of the run (of each run)."
+    ),
     length_penalty: Penalty | None = typer.Option(None, "--length-penalty", help=HELP["length_penalty"]),
     alpha: float | None = typer.Option(None, "--alpha", help="GNMT length-penalty exponent (decode.alpha)."),
     max_len_a: float | None = typer.Option(None, "--max-len-a", help=HELP["max_len_a"]),
@@ -111,7 +114,8 @@ def translate_command(
     no_unk: bool | None = typer.Option(None, "--no-unk/--allow-unk", help=HELP["no_unk"]),
     max_src_tokens: int | None = typer.Option(None, "--max-src-tokens", help=HELP["max_src_tokens"]),
 ) -> None:
-    """Translate raw text with a trained run: one output line per input line, in order."""
+    """Translate raw text with a trained run, or the ensemble of several: one output line per input line,
+    in order."""
     if average < 0:
         raise UserError(f"--average must be >= 0, got {average}")
     if input_path != "-":
@@ -119,11 +123,9 @@ def translate_command(
     if output_path != "-":
         check_writable(output_path)
     from ..device import resolve_device
-    from ..run_dir import load_trained
-    from ..translate import Translator, translate_file
+    from ..ensemble import load_translator
+    from ..translate import translate_file
 
-    target = resolve_device(device.value, "--device")
-    network, vocab, config = load_trained(model, target, average=average)
     given = {
         "beam_size": beam,
         "nbest": nbest,
@@ -145,8 +147,8 @@ def translate_command(
         "no_unk": no_unk,
         "max_src_tokens": max_src_tokens,
     }
-    decode = override(config.decode, given, "decode.", OPTIONS)
-    translator = Translator(network, vocab, decode, target)
+    target = resolve_device(device.value, "--device")
+    translator = load_translator(model, target, given, average=average, names=OPTIONS)
 
     each = None
     if attention is not None:

@@ -1,0 +1,141 @@
+"""The Python API: load a trained run (or several, as an ensemble) once, then translate, score and look at
+attention from a notebook or a service.
+
+    import seq2seq_attn as s2s
+    model = s2s.load("runs/local/rnnsearch", device="cpu", beam_size=5)
+    model.translate(["The cat sat on the mat.", "Hello!"])
+    model.score(["The cat sat on the mat."], ["Le chat était assis sur le tapis."])
+
+The command line calls the same functions (translate.Translator, scoring.Scorer, run_dir.load_trained), so
+a sentence gets the same translation and score here as from `seq2seq translate` and `seq2seq score`
+with the same settings. Errors a user can cause (a missing run, an incompatible checkpoint, a bad decode
+key) raise `UserError`, whose message names the file or config key. docs/api.md shows a session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .config import DecodeConfig
+from .ensemble import load_runs
+from .errors import UserError
+from .scoring import Score, Scorer, perplexity_report
+from .translate import Translator
+
+PathLike = str | Path
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One translation of an n-best list: its text, its ranking score (log-probability divided by the
+    length penalty) and its log-probability (EOS included)."""
+
+    text: str
+    score: float
+    log_prob: float
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Where the model looked while writing its best translation: one row per target piece and the final
+    EOS, one column per source piece and the source EOS (each row sums to 1)."""
+
+    translation: str
+    source: list[str]  # source pieces, "</s>" last
+    target: list[str]  # target pieces, "</s>" last
+    weights: np.ndarray  # (len(target), len(source))
+
+
+class Model:
+    """A loaded model or ensemble with its decode settings; see `load`."""
+
+    def __init__(self, translator: Translator, scorer: Scorer | None) -> None:
+        self._translator = translator
+        self._scorer = scorer
+
+    @property
+    def decode(self) -> DecodeConfig:
+        """The search settings in use (the first run's `decode` section with `load`'s overrides)."""
+        return self._translator.cfg
+
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """The best translation of each line, in order (an empty line gives "")."""
+        return [found.texts[0] if found.texts else "" for found in self._translator.translate(lines)]
+
+    def translate_one(self, line: str) -> str:
+        return self.translate([line])[0]
+
+    def nbest(self, lines: Sequence[str], n: int) -> list[list[Candidate]]:
+        """The n best translations of each line, best first (a beam of at least n is searched)."""
+        cfg = dataclasses.replace(self.decode, nbest=n, beam_size=max(n, self.decode.beam_size))
+        return [
+            [
+                Candidate(text, hyp.score, hyp.log_prob)
+                for hyp, text in zip(found.hypotheses, found.texts, strict=True)
+            ]
+            for found in self._with(cfg).translate(lines)
+        ]
+
+    def attention(self, line: str) -> Attention | None:
+        """The attention of the line's best translation; None for an empty line or a model without
+        attention weights to show (attention `none` attends uniformly)."""
+        (found,) = self._with(self.decode, with_attention=True).translate([line])
+        attended = self._translator.attention(found)
+        if attended is None:
+            return None
+        weights, source, target = attended
+        return Attention(found.texts[0], source, target, weights)
+
+    def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
+        """Forced decoding of each (source, target) pair: Score.log_prob, .pieces, .mean and
+        .piece_log_probs (None for an empty source), as `seq2seq score`."""
+        return self._one_scorer().score(sources, targets)
+
+    def perplexity(self, sources: Sequence[str], targets: Sequence[str]) -> dict[str, Any]:
+        """The corpus perplexity of the pairs, overall and by source length (`seq2seq score --report`)."""
+        scorer = self._one_scorer()
+        config = scorer.config
+        return perplexity_report(scorer.score(sources, targets), sources, config.eval, config.data.src_lang)
+
+    def _one_scorer(self) -> Scorer:
+        if self._scorer is None:
+            raise UserError("scores are of one model: load one run (an ensemble translates only)")
+        return self._scorer
+
+    def _with(self, cfg: DecodeConfig, with_attention: bool = False) -> Translator:
+        return self._translator.with_settings(cfg, with_attention)
+
+
+def load(
+    model: PathLike | Sequence[PathLike],
+    device: str = "cpu",
+    threads: int | None = None,
+    **decode: Any,
+) -> Model:
+    """Load a run folder or checkpoint file (its best checkpoint for a folder), or a list of them to
+    decode as an ensemble, onto `device` ("cpu", "cuda", "cuda:1", "auto").
+
+    `decode` overrides keys of the first run's `decode` section (e.g. beam_size=5, length_penalty="none",
+    nbest=3), checked as in a config file. `threads` sets torch's CPU thread count, for the whole process.
+    """
+    from .device import resolve_device
+
+    if threads is not None:
+        if threads < 1:
+            raise UserError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    paths = [model] if isinstance(model, (str, Path)) else list(model)
+    runs = load_runs(paths, resolve_device(device, "device"))
+    translator = runs.translator(decode)
+    scorer = None
+    if len(paths) == 1:  # the scorer searches nothing but shares the batch sizes, precision and source cut
+        config = dataclasses.replace(runs.configs[0], decode=translator.cfg)
+        scorer = Scorer(runs.model, runs.vocabs[0], config, runs.device)
+    return Model(translator, scorer)
