@@ -25,6 +25,7 @@ import sentencepiece as spm
 
 import seq2seq_attn
 from seq2seq_attn.checkpoint import load_checkpoint
+from seq2seq_attn.constants import TOKENIZED_SPLIT
 from seq2seq_attn.io import read_lines, write_text
 from seq2seq_attn.vocab import Vocab
 
@@ -89,9 +90,11 @@ class Pieces:
         self.src = spm.SentencePieceProcessor(model_file=str(self.vocab.model_files[0]))
         self.tgt = spm.SentencePieceProcessor(model_file=str(self.vocab.model_files[-1]))
 
-    def encode(self, side: str, lines: list[str]) -> list[str]:
-        """Each line as the pieces our model is trained on, joined by spaces."""
-        ids = self.vocab.encode_src(lines) if side == "src" else self.vocab.encode_tgt(lines)
+    def encode(self, side: str, lines: list[str], tokenized: bool = False) -> list[str]:
+        """Each line as the pieces our model is trained on, joined by spaces; `tokenized`: the lines are
+        prepared training text, Moses-tokenised already where the data is."""
+        encode = self.vocab.encode_src if side == "src" else self.vocab.encode_tgt
+        ids = encode(lines, tokenized=tokenized)
         processor = self.src if side == "src" else self.tgt
         return [" ".join(processor.id_to_piece(seq)) if seq else "" for seq in ids]
 
@@ -106,9 +109,8 @@ def export_pieces(data_dir: Path, pieces: Pieces, peer_dir: Path) -> None:
     for split, name in PEER_SPLITS.items():
         for side in ("src", "tgt"):
             lines = list(read_lines(data_dir / f"{split}.{side}"))
-            write_text(
-                peer_dir / f"{name}.{side}", "".join(f"{line}\n" for line in pieces.encode(side, lines))
-            )
+            encoded = pieces.encode(side, lines, tokenized=split == TOKENIZED_SPLIT)
+            write_text(peer_dir / f"{name}.{side}", "".join(f"{line}\n" for line in encoded))
 
 
 # ----------------------------------------------------------------------------------------------------------

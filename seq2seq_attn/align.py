@@ -43,6 +43,7 @@ Buckets by source length in words use the evaluation's own definition (`evaluate
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -252,8 +253,10 @@ def forced_attention(
 
 def attention_scores(model, vocab, corpus: AlignmentCorpus, device: torch.device | str) -> list[np.ndarray]:
     """The model's word-level attention (target words, source words) for every pair, references forced."""
-    src_ids, src_counts = encode_words(vocab.encode_src, corpus.src_words)
-    tgt_ids, tgt_counts = encode_words(vocab.encode_tgt, corpus.tgt_words)
+    # the gold sentences come word-tokenised: a word is read as it is (Moses would take a lone word for a
+    # sentence and split "etc." or "n't"), so each word's pieces stay its own
+    src_ids, src_counts = encode_words(functools.partial(vocab.encode_src, tokenized=True), corpus.src_words)
+    tgt_ids, tgt_counts = encode_words(functools.partial(vocab.encode_tgt, tokenized=True), corpus.tgt_words)
     was_training = model.training
     model.eval()
     try:

@@ -23,13 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import DecodeConfig
+from .config import DecodeConfig, override
 from .ensemble import load_runs
 from .errors import UserError
-from .scoring import Score, Scorer, perplexity_report
+from .scoring import Score, Scorer
 from .translate import Translator
 
 PathLike = str | Path
+NBEST_KEYS = {"nbest": "n", "beam_size": "n"}  # how `Model.nbest` names the keys it sets, for errors
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class Model:
 
     def nbest(self, lines: Sequence[str], n: int) -> list[list[Candidate]]:
         """The n best translations of each line, best first (a beam of at least n is searched)."""
-        cfg = dataclasses.replace(self.decode, nbest=n, beam_size=max(n, self.decode.beam_size))
+        widest = max(n, self.decode.beam_size) if isinstance(n, int) else n  # a bad n fails the check
+        cfg = override(self.decode, {"nbest": n, "beam_size": widest}, "decode.", NBEST_KEYS)
         return [
             [
                 Candidate(text, hyp.score, hyp.log_prob)
@@ -84,8 +86,8 @@ class Model:
         ]
 
     def attention(self, line: str) -> Attention | None:
-        """The attention of the line's best translation; None for an empty line or a model without
-        attention weights to show (attention `none` attends uniformly)."""
+        """The attention of the line's best translation; None for an empty line. A model without
+        attention (RNNencdec) gives uniform weights over the source."""
         (found,) = self._with(self.decode, with_attention=True).translate([line])
         attended = self._translator.attention(found)
         if attended is None:
@@ -101,8 +103,7 @@ class Model:
     def perplexity(self, sources: Sequence[str], targets: Sequence[str]) -> dict[str, Any]:
         """The corpus perplexity of the pairs, overall and by source length (`seq2seq score --report`)."""
         scorer = self._one_scorer()
-        config = scorer.config
-        return perplexity_report(scorer.score(sources, targets), sources, config.eval, config.data.src_lang)
+        return scorer.perplexity(sources, scorer.score(sources, targets))
 
     def _one_scorer(self) -> Scorer:
         if self._scorer is None:

@@ -111,23 +111,29 @@ def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: d
 def no_unk_subset(subset: Subset, translated: Sequence[TranslatedRun], sources: list[str]) -> Subset:
     """Table 1's "no UNK" rows as the authors scored them: each word-vocabulary run translates those
     sentences again with a search that never generates <unk> (`decode.no_unk`, GroundHog's --ignore-unk,
-    which falls back to <unk> allowed where nothing else ends); kept beside the run's hypotheses."""
+    which falls back to <unk> allowed where nothing else ends). The run's hypotheses with those lines
+    replaced are kept beside its own, line-aligned with the sources, as `<src>.<label>.no-unk.hyp`."""
     outputs = {}
     chosen = [sources[i] for i in subset.members]
+    searched_so = [run for run in translated if run.vocab.model_type == "word" and run.translator.cfg.no_unk]
     for run in translated:
-        if run.vocab.model_type != "word" or not chosen:
-            continue
         translator = run.translator
-        if not translator.cfg.no_unk:  # otherwise its own hypotheses already are no-UNK ones
-            search = translator.with_settings(replace(translator.cfg, no_unk=True))
-            hypotheses = list(run.system.hypotheses)
-            for i, found in zip(subset.members, search.translate(chosen), strict=True):
-                hypotheses[i] = found.texts[0] if found.texts else ""
-            path = Path(run.system.path).with_suffix(".no-unk.hyp")
-            write_text(path, "".join(hypotheses[i] + "\n" for i in subset.members))
-            info(f"eval: translated the {len(chosen)} no-UNK lines with <unk> forbidden -> {path}")
-            outputs[run.system.label] = hypotheses
-    definition = f"{subset.definition}; translated with <unk> forbidden (decode.no_unk)"
+        if run.vocab.model_type != "word" or translator.cfg.no_unk or not chosen:
+            continue  # (a run searching with decode.no_unk already wrote no-UNK translations)
+        search = translator.with_settings(replace(translator.cfg, no_unk=True))
+        hypotheses = list(run.system.hypotheses)
+        for i, found in zip(subset.members, search.translate(chosen), strict=True):
+            hypotheses[i] = found.texts[0] if found.texts else ""
+        path = Path(run.system.path).with_suffix(".no-unk.hyp")
+        write_text(path, "".join(line + "\n" for line in hypotheses))
+        info(f"eval: translated the {len(chosen)} no-UNK lines with <unk> forbidden -> {path}")
+        outputs[run.system.label] = hypotheses
+    forbidding = [*outputs, *(run.system.label for run in searched_so)]
+    if not forbidding:
+        return subset
+    definition = (
+        f"{subset.definition}; {', '.join(forbidding)} translated with <unk> forbidden (decode.no_unk)"
+    )
     return replace(subset, definition=definition, outputs=outputs)
 
 

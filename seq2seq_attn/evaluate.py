@@ -58,7 +58,7 @@ from .bootstrap import (
 from .config import EvalConfig
 from .errors import UserError
 from .io import read_lines
-from .report import length_unit, moses_lang_of
+from .report import length_unit, moses_lang_of, words_label
 
 if TYPE_CHECKING:
     from .vocab import Vocab
@@ -436,7 +436,7 @@ def evaluate(
         "references": references_path or None,
         "sources": sources_path or None,
         "bucket_by": config.bucket_by if by_length else None,
-        "words": (f"moses:{moses_words}" if moses_words else "whitespace") if by_length else None,
+        "words": words_label(moses_words) if by_length else None,
         "edges": edges,
         "buckets": bucket_labels(edges) if edges else [],
         "subsets": [

@@ -14,7 +14,8 @@ sentencepiece sees the corpus' characters. It is not idempotent (tokenising "l' 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,13 +36,15 @@ def _detokenizer(lang: str) -> MosesDetokenizer:
     return MosesDetokenizer(lang=lang)
 
 
-def tokenize_line(line: str, lang: str) -> str:
-    """One line as tokenizer.perl -l LANG -no-escape writes it: words separated by single spaces."""
-    return _tokenizer(lang).tokenize(line, escape=False, return_str=True)
+def tokenize_line(line: str, lang: str, keep: Sequence[str] = ()) -> str:
+    """One line as tokenizer.perl -l LANG -no-escape writes it: words separated by single spaces; the
+    strings in `keep` (e.g. the vocabulary's "<unk>") stay whole."""
+    protected = [re.escape(text) for text in keep] or None
+    return _tokenizer(lang).tokenize(line, escape=False, return_str=True, protected_patterns=protected)
 
 
-def tokenize(lines: Iterable[str], lang: str) -> list[str]:
-    return [tokenize_line(line, lang) for line in lines]
+def tokenize(lines: Iterable[str], lang: str, keep: Sequence[str] = ()) -> list[str]:
+    return [tokenize_line(line, lang, keep) for line in lines]
 
 
 def detokenize(line: str, lang: str) -> str:

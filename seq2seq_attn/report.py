@@ -28,6 +28,11 @@ class Table:
     left: int
 
 
+def words_label(moses_lang: str | None) -> str:
+    """How a report records its words: "moses:en" for Moses words of English, else "whitespace"."""
+    return f"moses:{moses_lang}" if moses_lang else "whitespace"
+
+
 def moses_lang_of(words: str | None) -> str | None:
     """A report's "words" back to the Moses language: "moses:en" -> "en"; "whitespace" -> None."""
     return words.removeprefix("moses:") if words and words.startswith("moses:") else None

@@ -19,6 +19,7 @@ length bucket as `eval --by-length` buckets sentences.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,15 +27,17 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from .batching import collate
 from .config import Config, DecodeConfig, EvalConfig
 from .console import progress
 from .device import bf16_autocast, uses_bf16
 from .errors import UserError
-from .evaluate import bucket_index, bucket_labels, check_edges, word_counts
+from .evaluate import bucket_index, bucket_labels, check_edges, word_counts, words_unit
 from .io import read_lines
-from .search import _length_batches, length_penalty
+from .report import words_label
+from .search import length_batches, length_penalty
 from .translate import clean
 from .vocab import Vocab
 
@@ -61,7 +64,7 @@ class Score:
 
 
 def score_ids(
-    model,
+    model: nn.Module,
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]],
     decode_cfg: DecodeConfig,
@@ -83,7 +86,7 @@ def score_ids(
     model.eval()
     try:
         with torch.inference_mode(), progress(total=len(order), unit=" pairs", desc="score") as bar:
-            for batch in _length_batches(order, lengths, decode_cfg.batch_tokens, most):
+            for batch in length_batches(order, lengths, decode_cfg.batch_tokens, most):
                 picked = _forced_log_probs(
                     model, [src_ids[i] for i in batch], [tgt_ids[i] for i in batch], device, bf16
                 )
@@ -95,7 +98,13 @@ def score_ids(
     return results
 
 
-def _forced_log_probs(model, src_ids, tgt_ids, device: torch.device, bf16: bool) -> list[list[float]]:
+def _forced_log_probs(
+    model: nn.Module,
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    device: torch.device,
+    bf16: bool,
+) -> list[list[float]]:
     batch = collate(
         [np.asarray(s, dtype=np.int64) for s in src_ids], [np.asarray(t, dtype=np.int64) for t in tgt_ids]
     ).to(device)
@@ -110,7 +119,7 @@ class Scorer:
     """A trained model, its vocabulary and its run's config, scoring raw (source, target) lines as
     `seq2seq score` does (with the `decode` section's batch sizes, precision and source cut)."""
 
-    def __init__(self, model, vocab: Vocab, config: Config, device: torch.device | str) -> None:
+    def __init__(self, model: nn.Module, vocab: Vocab, config: Config, device: torch.device | str) -> None:
         self.model, self.vocab, self.config, self.device = model, vocab, config, device
         self.cfg = config.decode
 
@@ -132,11 +141,14 @@ class Scorer:
             results[todo[k]] = Score(values, src_cut=len(src_ids[k]) > limit)
         return results
 
+    def perplexity(self, sources: Sequence[str], scores: Sequence[Score]) -> dict[str, Any]:
+        """`perplexity_report` of these scores of `sources`, bucketed as the run's `eval` section says."""
+        return perplexity_report(scores, sources, self.config.eval, self.config.data.src_lang)
+
 
 # ----------------------------------------------------------------------------------------------------------
 # output rows and the perplexity report
 
-SCORE_FORMATS = ("tsv", "jsonl")
 TSV_COLUMNS = ("log_prob", "pieces", "mean", "src_cut")
 
 
@@ -171,12 +183,13 @@ def _cell(value: float | int | bool | None) -> str:
 
 
 def perplexity_report(
-    scores: Sequence[Score], sources: Sequence[str], config: EvalConfig, words_lang: str | None = None
+    scores: Sequence[Score], sources: Sequence[str], config: EvalConfig, src_lang: str | None = None
 ) -> dict[str, Any]:
     """Corpus perplexity over the scored pairs, overall and per source-length bucket (`eval.buckets`,
-    words counted as `eval.words` says); unscored lines are counted apart."""
+    words counted as `eval.words` says, in `src_lang`); unscored lines are counted apart."""
     edges = check_edges(config.buckets)
-    lengths = word_counts(sources, words_lang if config.words == "moses" else None)
+    moses_words = words_unit(dataclasses.replace(config, bucket_by="source"), src_lang)
+    lengths = word_counts(sources, moses_words)
     buckets = bucket_index(lengths, edges)
     groups = [("all", np.arange(len(scores)))] + [
         (bucket["label"], np.flatnonzero(buckets == number))
@@ -184,7 +197,7 @@ def perplexity_report(
     ]
     return {
         "edges": edges,
-        "words": f"moses:{words_lang}" if config.words == "moses" else "whitespace",
+        "words": words_label(moses_words),
         "rows": [_perplexity_row(label, [scores[i] for i in members]) for label, members in groups],
     }
 
@@ -258,8 +271,8 @@ def rescore(
     sources: Sequence[str],
     scorers: Sequence[Scorer],
     weights: Sequence[float],
-    penalty: str = "none",
-    alpha: float = 0.6,
+    penalty: str,
+    alpha: float,
 ) -> list[NbestEntry]:
     """Every hypothesis scored by each model as sum_k weight_k * log p_k / lp(pieces_k) (lp: `penalty`, as
     in search), then each source line's list re-ranked, best first; entries come back grouped by index."""

@@ -430,7 +430,7 @@ def translate_ids(
     was_training = model.training
     model.eval()
     try:
-        for batch in _length_batches(order, lengths, budget, most):
+        for batch in length_batches(order, lengths, budget, most):
             src, src_lengths = pad_sources([[ids[i] for i in batch] for ids in readings], device)
             with bf16_autocast(device.type, bf16):
                 searched = search_with_retries(model, src, src_lengths, decode_cfg, with_attention)
@@ -441,7 +441,7 @@ def translate_ids(
     return results
 
 
-def _length_batches(order: list[int], lengths: list[int], budget: int, most: int) -> list[list[int]]:
+def length_batches(order: list[int], lengths: list[int], budget: int, most: int) -> list[list[int]]:
     """Cut `order` (longest first) so that sentences x longest length <= budget and sentences <= most
     (at least one sentence)."""
     batches: list[list[int]] = []

@@ -147,7 +147,7 @@ class Translator:
         )
         for i, nbest in zip(todo, searched, strict=True):
             pieces = self.vocab.src_pieces(texts[i])[: self.cfg.max_src_tokens] if self.with_attention else []
-            results[i] = Translation(pieces, nbest, [self.detokenize(hyp, pieces) for hyp in nbest])
+            results[i] = Translation(pieces, nbest, [self.hypothesis_text(hyp, pieces) for hyp in nbest])
         return results
 
     def with_settings(self, decode_cfg: DecodeConfig, with_attention: bool = False) -> Translator:
@@ -165,7 +165,9 @@ class Translator:
         """Each text's ids in `vocab`, cut to `decode.max_src_tokens`."""
         return [ids[: self.cfg.max_src_tokens] for ids in vocab.encode_src(texts)] if texts else []
 
-    def detokenize(self, hyp: Hypothesis, src_pieces: list[str]) -> str:
+    def hypothesis_text(self, hyp: Hypothesis, src_pieces: list[str]) -> str:
+        """A hypothesis as output text: its pieces decoded and detokenised, each <unk> replaced when
+        `decode.replace_unk` asks for it."""
         if not (self.cfg.replace_unk and UNK_ID in hyp.tokens):
             return clean(self.vocab.decode_tgt(hyp.tokens))
         words = piece_words(src_pieces)
@@ -195,11 +197,17 @@ class Translator:
 def format_rows(index: int, translation: Translation, nbest: int, scores: bool) -> list[str]:
     """The output line(s) of one input line (see the module docstring for the formats)."""
     pairs = list(zip(translation.hypotheses, translation.texts, strict=True)) or [(None, "")]
-    score = lambda hyp: f"{hyp.score if hyp is not None else 0.0:.4f}"  # noqa: E731
+    score = lambda hyp: hyp.score if hyp is not None else 0.0  # noqa: E731
     if nbest > 1:
-        return [f"{index}\t{rank}\t{score(hyp)}\t{text}" for rank, (hyp, text) in enumerate(pairs, start=1)]
+        return [nbest_row(index, rank, score(hyp), text) for rank, (hyp, text) in enumerate(pairs, start=1)]
     hyp, text = pairs[0]
-    return [f"{score(hyp)}\t{text}" if scores else text]
+    return [f"{score(hyp):.4f}\t{text}" if scores else text]
+
+
+def nbest_row(index: int, rank: int, score: float, text: str) -> str:
+    """One row of an n-best list: `index<TAB>rank<TAB>score<TAB>translation` (`seq2seq score --nbest`
+    reads it back and writes it re-ranked)."""
+    return f"{index}\t{rank}\t{score:.4f}\t{text}"
 
 
 def translate_stream(

@@ -119,7 +119,8 @@ class Vocab:
         """`lines` as the model's text: Moses-tokenised for a Moses vocabulary, else unchanged."""
         if self.moses_langs is None:
             return lines
-        return moses.tokenize(lines, self.moses_langs[SIDES.index(side)])
+        # "<unk>" in a model's own output stays one word when it is read back (scoring, rescoring)
+        return moses.tokenize(lines, self.moses_langs[SIDES.index(side)], keep=(UNK_SURFACE,))
 
     def detokenize(self, text: str) -> str:
         """The model's target text as the corpus writes it (undoes `tokenize`)."""

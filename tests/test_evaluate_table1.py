@@ -58,9 +58,17 @@ def test_no_unk_rows_score_exactly_the_sentences_the_shortlists_cover(word_run: 
         ("all", len(sources)),
         ("no UNK", len(covered)),
     ]
+    assert report["subsets"][1]["definition"].endswith(
+        "; word translated with <unk> forbidden (decode.no_unk)"
+    )
     hypotheses = (tmp_path / "test.word.hyp").read_text().splitlines()
     # the no-UNK rows read a second search of those sentences that never generates <unk> (Table 1)
-    no_unk = dict(zip(covered, (tmp_path / "test.word.no-unk.hyp").read_text().splitlines(), strict=True))
+    kept = (tmp_path / "test.word.no-unk.hyp").read_text().splitlines()  # line-aligned with the sources
+    assert len(kept) == len(sources)
+    assert [kept[i] for i in range(len(sources)) if i not in covered] == [
+        hypotheses[i] for i in range(len(sources)) if i not in covered
+    ]
+    no_unk = {i: kept[i] for i in covered}
     assert not any("<unk>" in line for line in no_unk.values())
     rows = {(row["subset"], row["bucket"]): row for row in report["systems"][0]["rows"]}
     for bucket, low, high in [("all", 0, 99), ("0-4", 0, 4), ("4-8", 4, 8), ("8+", 8, 99)]:

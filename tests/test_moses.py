@@ -4,6 +4,7 @@ buckets can count the paper's words."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -83,8 +84,8 @@ def test_cleaning_counts_tokenized_words(tmp_path: Path) -> None:
         config = moses_config(tmp_path / tokenize, tokenize=tokenize, max_words=5)
         manifest = prepare(config).manifest
         kept[tokenize] = manifest["splits"]["train"]["dropped"]["max_words"]
-        source = (config.data_dir / "train.src").read_text(encoding="utf-8")
-        assert ("a dog , a house ." in source) is False
+        source = (config.data_dir / "train.src").read_text(encoding="utf-8").splitlines()
+        assert ("a dog, a house." in source) is (tokenize == "none")  # kept as it is, or dropped
     assert kept["none"] == 0 and kept["moses"] > 0
 
 
@@ -176,3 +177,17 @@ def test_eval_counts_moses_words_from_the_command_line(tmp_path: Path) -> None:
     assert report["words"] == "moses:en"
     assert [row["count"] for row in report["systems"][0]["rows"]] == [2, 0, 2]  # all, 0-10, 10+
     assert_one_line_error(run_main(*common), "--words moses", "give --words-lang LANG")
+
+
+def test_a_moses_word_vocabulary_reads_its_own_unk_back_as_one_word(tmp_path: Path) -> None:
+    """A model's output keeps a literal <unk>: scored again (seq2seq score, rescoring), it must be the one
+    unknown word it was, not "< unk >"."""
+    config = moses_config(tmp_path)
+    config = dataclasses.replace(config, vocab=dataclasses.replace(config.vocab, type="word", size=12))
+    prepare(config)
+    vocab = build_vocab(config)
+    ids = vocab.encode_tgt(["le chat, le chien."])[0]
+    with_unk = [ids[0], 1, *ids[1:]]  # an unknown word after the first
+    text = vocab.decode_tgt(with_unk)
+    assert "<unk>" in text
+    assert vocab.encode_tgt([text]) == [with_unk]

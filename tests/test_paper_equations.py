@@ -399,15 +399,22 @@ def test_learned_bos_embedding_replaces_groundhogs_zero_first_word():
 
 
 def test_one_output_matrix_against_groundhogs_factored_softmax():
-    """(ii) GroundHog's output layer is W2 W1 t + b through the embedding size r; ours W_o t + b. With r at
-    least the maxout size m (the paper's 620 >= 500, and TGT_EMBED here) any W_o factors, so the two give the
-    same logits; with r < m (the default tiny sizes) ours has rank m and has no GroundHog factoring."""
+    """(ii) GroundHog's output layer is W2 W1 t + b through the embedding size r; ours W_o t + b. Any
+    GroundHog factoring is one of our matrices: with W_o = W2 W1 (a random GroundHog layer) the logits
+    agree. The converse needs r at least the maxout size m (the paper's 620 >= 500, and TGT_EMBED here);
+    with r < m (the default tiny sizes) ours has rank m and has no GroundHog factoring."""
     model = tiny()
-    t = torch.randn(4, model.decoder.output.in_features, generator=torch.Generator().manual_seed(1)).double()
+    generator = np.random.default_rng(5)
+    m, vocab = model.decoder.output.in_features, model.decoder.output.out_features
+    w = {"W1": generator.standard_normal((TGT_EMBED, m)), "W2": generator.standard_normal((vocab, TGT_EMBED))}
+    w["b_out"] = generator.standard_normal(vocab)
     with torch.no_grad():
-        ours = model.logits(t).numpy()
-        groundhog = deep_softmax_logits(t.numpy(), groundhog_weights(model))
-    np.testing.assert_allclose(ours, groundhog, rtol=1e-10, atol=1e-12)
+        model.decoder.output.weight.copy_(torch.from_numpy(w["W2"] @ w["W1"]))
+        model.decoder.output.bias.copy_(torch.from_numpy(w["b_out"]))
+    t = generator.standard_normal((4, m))
+    with torch.no_grad():
+        ours = model.logits(torch.from_numpy(t)).numpy()
+    np.testing.assert_allclose(ours, deep_softmax_logits(t, w), rtol=1e-10, atol=1e-10)
     small = build_model(tiny_model_config(), VOCAB, VOCAB)  # tgt_embed_dim 8 < maxout_dim 10
     rank = np.linalg.matrix_rank(array(small.decoder.output.weight))
     assert rank == small.decoder.output.in_features > small.decoder.embed.embedding_dim

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, run_main
 
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.run_dir import load_trained
 from seq2seq_attn.scoring import Score, Scorer, format_score, load_scorer, perplexity_report, score_ids
 from seq2seq_attn.search import translate_ids
@@ -51,7 +52,7 @@ def test_rows_follow_the_input_lines(loaded) -> None:
     assert scores[0].src_cut and not scores[4].src_cut
     assert scores[0].pieces == len(vocab.encode_tgt(["le chat"])[0]) + 1
     assert scores[0].mean == pytest.approx(scores[0].log_prob / scores[0].pieces)
-    with pytest.raises(Exception, match="5 source lines but 1 target lines"):
+    with pytest.raises(UserError, match="5 source lines but 1 target lines"):
         Scorer(model, vocab, config, "cpu").score(SOURCES, ["x"])
 
 

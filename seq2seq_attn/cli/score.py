@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -15,6 +16,9 @@ from ..config import DecodeConfig, choices_enum
 from ..errors import UserError
 from ..io import atomic_write, check_writable, read_lines, write_json
 from .options import Device, device_option
+
+if TYPE_CHECKING:
+    from ..scoring import Scorer
 
 Penalty = choices_enum(DecodeConfig, "length_penalty")
 
@@ -52,7 +56,9 @@ def score_command(
         "--length-penalty",
         help="With --nbest: divide each model's log-probability by lp(pieces), as in search.",
     ),
-    alpha: float = typer.Option(0.6, "--alpha", help="The gnmt length penalty's alpha.", min=0),
+    alpha: float = typer.Option(
+        DecodeConfig().alpha, "--alpha", help="The gnmt length penalty's alpha.", min=0
+    ),
     best: bool = typer.Option(False, "--best", help="With --nbest: write each line's best hypothesis only."),
     fmt: Format = typer.Option(Format.tsv, "--format", help="With --tgt: tsv rows or JSON lines."),
     pieces: bool = typer.Option(False, "--pieces", help="With --tgt: add each piece's log-probability."),
@@ -76,7 +82,10 @@ def score_command(
     scorers = [load_scorer(path, resolve_device(device.value, "--device")) for path in model]
     sources = list(read_lines(src))
     if tgt is not None:
-        rows, table = score_pairs(scorers[0], sources, list(read_lines(tgt)), fmt.value, pieces, report)
+        targets = list(read_lines(tgt))
+        if len(targets) != len(sources):
+            raise UserError(f"{src} has {len(sources)} lines but {tgt} has {len(targets)}: one target each")
+        rows, table = score_pairs(scorers[0], sources, targets, fmt.value, pieces, report)
         write_rows(output, rows)
         typer.echo(table, err=True, nl=False)
     else:
@@ -110,26 +119,37 @@ def parse_weights(text: str | None, models: int) -> list[float]:
     return weights
 
 
-def score_pairs(scorer, sources, targets, fmt, pieces, report) -> tuple[list[str], str]:
+def score_pairs(
+    scorer: Scorer, sources: list[str], targets: list[str], fmt: str, pieces: bool, report: Path | None
+) -> tuple[list[str], str]:
     """The rows of every pair and the perplexity table (also written to `report` when given)."""
-    from ..scoring import format_score, perplexity_report, render_perplexity
+    from ..scoring import format_score, render_perplexity
 
     scores = scorer.score(sources, targets)
-    config = scorer.config
-    found = perplexity_report(scores, sources, config.eval, config.data.src_lang)
+    found = scorer.perplexity(sources, scores)
     if report is not None:
         write_json(report, found)
     rows = [format_score(index, score, fmt, pieces) for index, score in enumerate(scores)]
     return rows, render_perplexity(found)
 
 
-def rescore_rows(scorers, sources, nbest, weights, penalty, alpha, best) -> list[str]:
+def rescore_rows(
+    scorers: list[Scorer],
+    sources: list[str],
+    nbest: Path,
+    weights: list[float],
+    penalty: str,
+    alpha: float,
+    best: bool,
+) -> list[str]:
+    """The n-best list re-ranked by the weighted models (`scoring.rescore`), or each line's best."""
     from ..scoring import best_texts, read_nbest, rescore
+    from ..translate import nbest_row
 
     ranked = rescore(read_nbest(str(nbest), len(sources)), sources, scorers, weights, penalty, alpha)
     if best:
         return best_texts(ranked)
-    return [f"{entry.index}\t{entry.rank}\t{entry.score:.4f}\t{entry.text}" for entry in ranked]
+    return [nbest_row(entry.index, entry.rank, entry.score, entry.text) for entry in ranked]
 
 
 def write_rows(output: str, rows: list[str]) -> None:
