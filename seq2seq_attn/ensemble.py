@@ -45,7 +45,8 @@ from .config import Config, DecodeConfig, override
 from .constants import SIDES
 from .errors import UserError
 from .io import sha256_text
-from .run_dir import load_trained
+from .lexical import Shortlisted, load_table
+from .run_dir import load_trained, resolve_checkpoint, run_dir_of
 from .translate import Translator
 from .vocab import PAD_ID, Vocab
 
@@ -147,6 +148,7 @@ class Runs:
     vocabs: list[Vocab]
     configs: list[Config]
     device: torch.device | str
+    run_dirs: list[Path]
 
     def translator(
         self, decode: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None
@@ -166,7 +168,12 @@ class Runs:
         settings = override(self.configs[0].decode, changes, DECODE_PREFIX, names)
         shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
         others = [] if shared else self.vocabs[1:]
-        return Translator(self.model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
+        model = self.model
+        if settings.lexical_shortlist:
+            if len(self.run_dirs) > 1:
+                raise UserError(f"{DECODE_PREFIX}lexical_shortlist: decode one run with it, not an ensemble")
+            model = Shortlisted(model, load_table(self.run_dirs[0], self.vocabs[0]))
+        return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
 
 
 def load_runs(paths: Sequence[str | Path], device: torch.device | str = "cpu", average: int = 0) -> Runs:
@@ -177,10 +184,11 @@ def load_runs(paths: Sequence[str | Path], device: torch.device | str = "cpu", a
     paths = [Path(path) for path in paths]
     loaded = [load_trained(path, device, average=average) for path in paths]
     models, vocabs, configs = (list(column) for column in zip(*loaded, strict=True))
+    run_dirs = [run_dir_of(resolve_checkpoint(path)) for path in paths]
     if len(models) == 1:
-        return Runs(models[0], vocabs, configs, device)  # one run searches as it always has
+        return Runs(models[0], vocabs, configs, device, run_dirs)  # one run searches as it always has
     check_same_target(paths, vocabs)
-    return Runs(Ensemble(models, attending_models(configs, vocabs)), vocabs, configs, device)
+    return Runs(Ensemble(models, attending_models(configs, vocabs)), vocabs, configs, device, run_dirs)
 
 
 def load_translator(

@@ -154,10 +154,10 @@ def random_model(seed: int = 0, **model: object) -> nn.Module:
     return build_model(tiny_config(model=model).model, SEARCH_VOCAB, SEARCH_VOCAB).eval()
 
 
-def random_sources(n: int, seed: int = 0, longest: int = 12) -> list[list[int]]:
-    """`n` sentences of 1 to `longest` random non-special ids."""
+def random_sources(n: int, seed: int = 0, longest: int = 12, vocab: int = SEARCH_VOCAB) -> list[list[int]]:
+    """`n` sentences of 1 to `longest` random non-special ids below `vocab`."""
     rng = random.Random(seed)
-    return [[rng.randrange(4, SEARCH_VOCAB) for _ in range(rng.randint(1, longest))] for _ in range(n)]
+    return [[rng.randrange(4, vocab) for _ in range(rng.randint(1, longest))] for _ in range(n)]
 
 
 class ScriptedModel(nn.Module):

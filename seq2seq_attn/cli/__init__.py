@@ -22,6 +22,7 @@ from . import align as align_cli
 from . import config as config_cli
 from . import data as data_cli
 from . import evaluate as evaluate_cli
+from . import lexical as lexical_cli
 from . import model as model_cli
 from . import plot as plot_cli
 from . import score as score_cli
@@ -70,6 +71,7 @@ for _module in (
     translate_cli,
     evaluate_cli,
     score_cli,
+    lexical_cli,
     plot_cli,
 ):
     _module.register(app)

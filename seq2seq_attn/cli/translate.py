@@ -43,6 +43,7 @@ OPTIONS = {
     "at_max_len": "--at-max-len",
     "no_unk": "--no-unk",
     "max_src_tokens": "--max-src-tokens",
+    "lexical_shortlist": "--lexical-shortlist",
 }
 
 
@@ -113,6 +114,12 @@ def translate_command(
     at_max_len: AtMaxLen | None = typer.Option(None, "--at-max-len", help=HELP["at_max_len"]),
     no_unk: bool | None = typer.Option(None, "--no-unk/--allow-unk", help=HELP["no_unk"]),
     max_src_tokens: int | None = typer.Option(None, "--max-src-tokens", help=HELP["max_src_tokens"]),
+    lexical_shortlist: bool | None = typer.Option(
+        None,
+        "--lexical-shortlist/--full-vocabulary",
+        help="Score only each sentence's lexical candidates (`seq2seq lexical-shortlist RUN` builds them): "
+        "faster, approximate (decode.lexical_shortlist).",
+    ),
 ) -> None:
     """Translate raw text with a trained run, or the ensemble of several: one output line per input line,
     in order."""
@@ -146,6 +153,7 @@ def translate_command(
         "at_max_len": at_max_len.value if at_max_len else None,
         "no_unk": no_unk,
         "max_src_tokens": max_src_tokens,
+        "lexical_shortlist": lexical_shortlist,
     }
     target = resolve_device(device.value, "--device")
     translator = load_translator(model, target, given, average=average, names=OPTIONS)

@@ -399,6 +399,11 @@ class DecodeConfig:
         "batch_tokens, batches of this many sentences, as OpenNMT-py's -batch_type sents.",
         ge=0,
     )
+    lexical_shortlist: bool = option(
+        False,
+        "Score only each sentence's lexical candidates (the run's lexical_shortlist.npz, built by "
+        "`seq2seq lexical-shortlist RUN`): a faster output layer, an approximate search.",
+    )
     max_src_tokens: int = option(
         256,
         "translate and eval --model cut longer sources to this many pieces: search time and memory grow "

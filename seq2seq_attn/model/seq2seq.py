@@ -86,9 +86,17 @@ class Seq2Seq(nn.Module):
 
         For attention `none` the weights are uniform over the real source positions (see attention.py).
         """
+        features, state, weights = self.step_features(enc, state, y_prev)
+        logits = self.logits(features)  # (batch, vocab)
+        return torch.log_softmax(logits.float(), dim=-1), state, weights
+
+    def step_features(
+        self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """One decoder step up to the output layer: features (batch, pre_output), next state, attention
+        weights (batch, src_len); `step` and the lexical shortlist (lexical.py) add their output layer."""
         features, state, weights = self.decoder(enc, state, y_prev.unsqueeze(1))
-        logits = self.logits(features.squeeze(1))  # (batch, vocab)
-        return torch.log_softmax(logits.float(), dim=-1), state, weights.squeeze(1)
+        return features.squeeze(1), state, weights.squeeze(1)
 
 
 def build_model(cfg: ModelConfig, src_vocab_size: int, tgt_vocab_size: int) -> Seq2Seq:

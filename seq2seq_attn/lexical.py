@@ -1,0 +1,170 @@
+"""Lexical shortlists: the target pieces a sentence's translation is likely to use, learned once per run.
+
+At each step the decoder's output layer scores every target piece; for a 30k-word vocabulary that is
+most of a step's arithmetic. The fastest CPU decoders compute it over a per-batch shortlist instead:
+the most frequent target pieces plus the likely translations of the sentence's source pieces (Marian's
+and CTranslate2's vocabulary selection; Jean, Cho, Memisevic & Bengio 2015, the RNNsearch authors'
+follow-up, with candidate lists from a word-alignment dictionary). This module holds that dictionary
+and says which pieces a sentence may use; the search restricts the output layer to them.
+
+The dictionary is learned from the trained model's own attention (lexicon.py).
+
+The table is kept in the run folder as `lexical_shortlist.npz`: `candidates` (source vocabulary, top_k)
+target ids (-1 where a source piece has fewer) and `frequent` (the most frequent target ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .errors import UserError
+from .io import atomic_write
+from .model.states import DecoderState, EncoderOutput
+from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+
+TABLE_FILE = "lexical_shortlist.npz"
+SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)  # always candidates: the search needs EOS, <unk> may win
+
+
+@dataclass(frozen=True)
+class LexicalTable:
+    """Per source piece its `top_k` candidate target pieces (-1: none), and the frequent target pieces."""
+
+    candidates: np.ndarray  # (source vocabulary, top_k) int32
+    frequent: np.ndarray  # (frequent,) int32, most frequent first
+
+    def sentence_candidates(self, src_ids: Sequence[int]) -> np.ndarray:
+        """The sorted target ids a translation of this source may use: the frequent and special pieces and
+        the candidates of each of its source pieces."""
+        own = self.candidates[np.asarray(src_ids, dtype=np.int64)].ravel() if len(src_ids) else []
+        chosen = np.concatenate([self.frequent, np.asarray(SPECIAL_IDS), np.asarray(own, dtype=np.int64)])
+        return np.unique(chosen[chosen >= 0])
+
+
+def frequent_pieces(tgt_ids: Sequence[Sequence[int]], vocab_size: int, count: int) -> np.ndarray:
+    """The `count` most frequent target ids in `tgt_ids`, most frequent first (ties: the lower id)."""
+    flat = np.fromiter((i for ids in tgt_ids for i in ids), dtype=np.int64)
+    frequency = np.bincount(flat, minlength=vocab_size)
+    order = np.lexsort((np.arange(vocab_size), -frequency))  # by frequency, then id
+    return order[: min(count, vocab_size)].astype(np.int32)
+
+
+def coverage(
+    table: LexicalTable, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]
+) -> float:
+    """The share of reference pieces (EOS excluded) that are among their sentence's candidates."""
+    covered = total = 0
+    for src, tgt in zip(src_ids, tgt_ids, strict=True):
+        covered += int(np.isin(np.asarray(tgt), table.sentence_candidates(src)).sum())
+        total += len(tgt)
+    return covered / total if total else 1.0
+
+
+def save_table(table: LexicalTable, run_dir: Path) -> Path:
+    """Write `<run_dir>/lexical_shortlist.npz` atomically."""
+    buffer = io.BytesIO()
+    np.savez(buffer, candidates=table.candidates, frequent=table.frequent)
+    path = Path(run_dir) / TABLE_FILE
+    with atomic_write(path, "wb") as out:
+        out.write(buffer.getvalue())
+    return path
+
+
+def load_table(run_dir: Path, vocab: Vocab) -> LexicalTable:
+    """The run's table, checked against its vocabulary sizes; a one-line error when it is missing."""
+    path = Path(run_dir) / TABLE_FILE
+    if not path.is_file():
+        raise UserError(f"{path}: no lexical shortlist; build it with `seq2seq lexical-shortlist {run_dir}`")
+    with np.load(path) as stored:
+        table = LexicalTable(stored["candidates"], stored["frequent"])
+    if table.candidates.shape[0] != vocab.src_size or table.candidates.max(initial=-1) >= vocab.tgt_size:
+        raise UserError(f"{path}: built for another vocabulary than {run_dir}'s; build it again")
+    return table
+
+
+# ----------------------------------------------------------------------------------------------------------
+# searching with it
+
+PAD_TO = 8  # the candidate count is padded to a multiple of this, for the matrix product's kernels
+
+
+@dataclass
+class ShortlistedEncoding:
+    """What `Shortlisted.encode` gives the search: the model's encoder output, the batch's candidates
+    (the union of its sentences' lists) with their rows of the output layer, and which candidates each
+    sentence may use. The search selects rows of it as of any encoder output."""
+
+    inner: EncoderOutput
+    candidates: Tensor  # (U,) target ids, U a multiple of PAD_TO
+    weight: Tensor  # (U, pre_output) the output layer's rows of the candidates
+    bias: Tensor  # (U,)
+    allowed: Tensor  # (batch, U) bool: the candidates of each sentence's own list
+
+    def index_select(self, index: Tensor) -> ShortlistedEncoding:
+        return dataclasses.replace(
+            self, inner=self.inner.index_select(index), allowed=self.allowed.index_select(0, index)
+        )
+
+
+class Shortlisted(nn.Module):
+    """A model whose search steps score only the batch's lexical candidates.
+
+    The output layer runs over the union of the batch's candidate lists; each sentence's log-softmax is
+    then taken over its own list alone (the others' candidates masked), so that its translation does not
+    depend on its batch-mates. The search sees full-vocabulary rows, -inf outside the list."""
+
+    def __init__(self, model: nn.Module, table: LexicalTable) -> None:
+        super().__init__()
+        self.model, self.table = model, table
+
+    def compile_attention(self, enabled: bool) -> None:
+        self.model.compile_attention(enabled)
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> ShortlistedEncoding:
+        """src (batch, src_len) ids ending in EOS, PAD after; src_lengths (batch,) EOS included."""
+        lists = [
+            self.table.sentence_candidates(row[: length - 1].tolist())
+            for row, length in zip(src.cpu(), src_lengths.tolist(), strict=True)
+        ]
+        union = np.unique(np.concatenate(lists))
+        output = self.model.decoder.output
+        missing = -len(union) % PAD_TO
+        spare = np.setdiff1d(np.arange(output.out_features), union)[:missing]  # no sentence's candidate
+        padded = np.concatenate([union, spare])
+        candidates = torch.as_tensor(padded, device=src.device)
+        allowed = torch.as_tensor(np.stack([np.isin(padded, own) for own in lists]), device=src.device)
+        return ShortlistedEncoding(
+            self.model.encode(src, src_lengths),
+            candidates,
+            output.weight.index_select(0, candidates),
+            output.bias.index_select(0, candidates),
+            allowed,
+        )
+
+    def init_state(self, enc: ShortlistedEncoding) -> DecoderState:
+        return self.model.init_state(enc.inner)
+
+    def step(
+        self, enc: ShortlistedEncoding, state: DecoderState, y_prev: Tensor
+    ) -> tuple[Tensor, DecoderState, Tensor]:
+        """As `Seq2Seq.step`, with the output layer over the candidates: (rows, vocab) log-probabilities,
+        -inf outside each sentence's list."""
+        features, state, weights = self.model.step_features(enc.inner, state, y_prev)
+        features = self.model.decoder.dropout_output(features)
+        logits = torch.nn.functional.linear(features, enc.weight, enc.bias).float()  # (rows, U)
+        # rows: each sentence's beams, consecutive (as attention reads them): (sentences, beams, U)
+        by_sentence = logits.view(len(enc.allowed), -1, logits.size(-1))
+        logits = by_sentence.masked_fill(~enc.allowed.unsqueeze(1), float("-inf")).view_as(logits)
+        log_probs = torch.full(
+            (len(logits), self.model.decoder.output.out_features), float("-inf"), device=logits.device
+        )
+        log_probs[:, enc.candidates] = torch.log_softmax(logits, dim=-1)
+        return log_probs, state, weights
