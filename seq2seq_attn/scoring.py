@@ -20,6 +20,7 @@ length bucket as `eval --by-length` buckets sentences.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -162,8 +163,6 @@ def format_score(index: int, score: Score, fmt: str, with_pieces: bool) -> str:
         "src_cut": score.src_cut,
     }
     if fmt == "jsonl":
-        import json
-
         row: dict[str, Any] = {"index": index, **values}
         if with_pieces:
             row["piece_log_probs"] = score.piece_log_probs

@@ -76,6 +76,7 @@ def score_command(
     from ..scoring import load_scorer
 
     check_options(model, tgt, nbest, best, pieces, report)
+    factors = parse_weights(weights, len(model))  # a bad option fails before any model loads
     for destination in [report] + ([Path(output)] if output != "-" else []):
         if destination is not None:
             check_writable(destination)
@@ -89,7 +90,6 @@ def score_command(
         write_rows(output, rows)
         typer.echo(table, err=True, nl=False)
     else:
-        factors = parse_weights(weights, len(model))
         write_rows(output, rescore_rows(scorers, sources, nbest, factors, length_penalty.value, alpha, best))
 
 
