@@ -1,7 +1,9 @@
 """Validation during training: dev loss / perplexity by teacher forcing, and dev BLEU by decoding.
 
 BLEU is sacrebleu on detokenised text against the raw reference lines of `valid.tgt`, exactly as a user
-would score the final system, so the number that picks the best checkpoint is the number reported.
+would score the final system, so the number that picks the best checkpoint is the number reported. The
+search is the decode section's at `train.valid_beam`, except that EOS is forced at the maximum length
+(`at_max_len: force_eos`), so that a validation of an early model takes no retries.
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ def _dev_loss(model, cache, count: int, config: Config, device: torch.device, bf
 def _dev_bleu(model, cache, count: int, config: Config, vocab: Vocab, device: torch.device) -> float:
     sources = [list(map(int, cache.src[i])) for i in range(count)]
     references = list(itertools.islice(read_lines(config.data_dir / "valid.tgt"), count))
-    decode = dataclasses.replace(config.decode, beam_size=config.train.valid_beam, nbest=1)
+    # EOS is forced at the maximum length: GroundHog's retry (`at_max_len: retry`) doubles the beam of a
+    # sentence that found nothing, and an early model finds nothing on most long sentences.
+    decode = dataclasses.replace(
+        config.decode, beam_size=config.train.valid_beam, nbest=1, at_max_len="force_eos"
+    )
     hypotheses = translate_ids(model, sources, decode, device)
     texts = [vocab.decode_tgt(nbest[0].tokens) for nbest in hypotheses]
     return bleu_metric(references).corpus_score(texts, None).score

@@ -340,3 +340,21 @@ def test_tensorboard_events_when_installed(workdir, monkeypatch):
     run = train_module.train(config_of(workdir, "train.max_steps=10", "train.valid_bleu=false"))
     assert ("loss", metrics(run)[0]["loss"], 5) in written
     assert {key for key, _, _ in written} >= {"loss", "lr", "tokens_per_s", "valid_loss", "closed"}
+
+
+def test_validation_forces_eos_instead_of_retrying(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
+    """Dev BLEU searches at train.valid_beam with EOS forced at the maximum length, even under the authors'
+    retry rule: an early model would otherwise search most long sentences again with ever wider beams."""
+    from seq2seq_attn import validate as validate_module
+
+    model, vocab, config = load_trained(trained_run)
+    config.decode.at_max_len, config.decode.beam_size, config.train.valid_beam = "retry", 5, 2
+    config.train.valid_bleu = True
+    searched = []
+    real = validate_module.translate_ids
+    monkeypatch.setattr(
+        validate_module, "translate_ids", lambda m, s, cfg, d: searched.append(cfg) or real(m, s, cfg, d)
+    )
+    result = validate_module.validate(model, config, vocab, torch.device("cpu"), bf16=False)
+    assert [(cfg.at_max_len, cfg.beam_size, cfg.nbest) for cfg in searched] == [("force_eos", 2, 1)]
+    assert result["bleu"] >= 0.0 and result["ppl"] > 1.0

@@ -337,7 +337,10 @@ class TrainConfig:
     valid_bleu: bool = option(True, "Compute dev BLEU at validation (else loss only).")
     valid_max_sentences: int = option(0, "Translate at most this many dev sentences for BLEU (0: all).", ge=0)
     valid_beam: int = option(
-        1, "Beam width for dev BLEU (1: greedy, fast; the decode section is for test).", ge=1
+        1,
+        "Beam width for dev BLEU (1: greedy, fast); otherwise the decode section's search, with EOS forced "
+        "at the maximum length.",
+        ge=1,
     )
     early_stop_metric: str = option(
         "bleu", "Metric for best checkpoint and early stopping.", choices=["bleu", "loss"]
