@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 
 NEG_INF = float("-inf")
 FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token
+TOPK_BLOCK = 32  # tokens per block in `top_candidates`
 RETRY_BEAM_LIMIT = 500  # GroundHog doubles the beam of a sentence with no translation while under this
 
 
@@ -254,17 +255,16 @@ def best_continuations(
 ) -> Candidates:
     """Every continuation of every open hypothesis, constrained (`constrain_`), and each sentence's k best.
 
-    step_log_probs (rows, V): the model's next-token log-probabilities, in fp32. A sentence with f
-    finished hypotheses takes only its k - f best candidates.
+    step_log_probs (rows, V): the model's next-token log-probabilities, in fp32, constrained in place. A
+    sentence with f finished hypotheses takes only its k - f best candidates.
     """
     n, k, vocab_size = len(beams.alive), beams.k, step_log_probs.size(1)
     device = step_log_probs.device
-    candidates = beams.log_p.view(-1, 1) + step_log_probs  # (rows, V)
     # Which length rules can apply at this step is known on the host, so most steps skip them.
     below_min = step < max(min_lens[s] for s in beams.alive)
     at_max = step >= min(max_lens[s] for s in beams.alive)
     constrain_(
-        candidates,
+        step_log_probs,
         step,
         beams.tokens,
         beams.forbidden,
@@ -272,7 +272,7 @@ def best_continuations(
         beams.max_len_rows if at_max and cfg.at_max_len == "force_eos" else None,
         cfg.no_repeat_ngram,
     )
-    top_log_p, top_index = candidates.view(n, k * vocab_size).topk(k, dim=1)  # (sentences, k), best first
+    top_log_p, top_index = top_candidates(step_log_probs, beams.log_p, k)  # (sentences, k), best first
     origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # the slot each candidate extends
     token = top_index % vocab_size
     first_rows = torch.arange(n, device=device).unsqueeze(1) * k  # (sentences, 1)
@@ -280,6 +280,45 @@ def best_continuations(
     taken = (torch.arange(k, device=device) < open_slots.unsqueeze(1)) & (top_log_p > NEG_INF)
     ends = taken & (token == EOS_ID)
     return Candidates(top_log_p, token, first_rows + origin, ends, taken & ~ends)
+
+
+def top_candidates(step_log_probs: Tensor, log_p: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Each sentence's k best continuations, best first: their log p (sentences, k) and their index in the
+    sentence's k * V continuations (slot * V + token). The same as `topk(k)` over the (sentences, k * V)
+    sums log_p + step_log_probs (ties apart), without forming those sums or sorting all of them.
+
+    On a CPU an index-returning reduction (topk, max, argmax) over every score costs many times a plain
+    maximum (docs/performance.md, "Search steps"), and forming the sums is one more pass. So the scores are cut into blocks of TOPK_BLOCK tokens, each block's best continuation is found by
+    `amax`, and only the k blocks of a sentence with the best maxima are searched for its k best: any
+    one of the k best continuations lies in such a block, as a block that holds it has a maximum at least
+    as good, and fewer than k blocks can beat that. Each value is the same sum of the same two numbers as
+    in the full sum (the maximum of x + c is the maximum of x, plus c, in floating point too), so scores
+    are bit for bit those of a full `topk`.
+
+    step_log_probs (sentences * k, V): constrained log-probabilities; log_p (sentences, k): each slot's
+    log p so far, -inf for an empty slot.
+    """
+    rows, vocab_size = step_log_probs.shape
+    n, device = rows // k, step_log_probs.device
+    whole = vocab_size // TOPK_BLOCK * TOPK_BLOCK  # the columns of the full blocks; the rest is one block
+    maxima = step_log_probs[:, :whole].view(rows, -1, TOPK_BLOCK).amax(dim=2)  # (rows, blocks)
+    if whole < vocab_size:
+        maxima = torch.cat([maxima, step_log_probs[:, whole:].amax(dim=1, keepdim=True)], dim=1)
+    blocks = maxima.size(1)
+    best_blocks = (maxima + log_p.view(-1, 1)).view(n, k * blocks).topk(k, dim=1).indices  # (sentences, k)
+    row = (
+        torch.div(best_blocks, blocks, rounding_mode="floor")
+        + torch.arange(n, device=device).unsqueeze(1) * k
+    )
+    columns = (best_blocks % blocks).unsqueeze(2) * TOPK_BLOCK + torch.arange(TOPK_BLOCK, device=device)
+    outside = columns >= vocab_size  # the short last block's missing columns: (sentences, k, TOPK_BLOCK)
+    columns = columns.clamp_(max=vocab_size - 1)
+    sums = log_p.view(-1)[row].unsqueeze(2) + step_log_probs[row.unsqueeze(2), columns]  # like `columns`
+    sums = sums.masked_fill_(outside, NEG_INF).view(n, -1)
+    top_log_p, position = sums.topk(k, dim=1)  # (sentences, k)
+    chosen_row = row.gather(1, torch.div(position, TOPK_BLOCK, rounding_mode="floor"))
+    chosen_column = columns.view(n, -1).gather(1, position)
+    return top_log_p, (chosen_row % k) * vocab_size + chosen_column
 
 
 def record_finished(

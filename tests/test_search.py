@@ -412,3 +412,26 @@ def test_no_unk_never_generates_unk_and_falls_back_to_allowing_it(monkeypatch) -
     never_ends = dataclasses.replace(cfg, no_unk=True, at_max_len="retry")
     translate_ids(ScriptedModel([{UNK_ID: 0.6, EOS_ID: 0.0}]), [[7]], never_ends, "cpu")
     assert calls[:3] == [(1, True, 1), (1, False, 1), (2, False, 1)]  # <unk> allowed at the same beam first
+
+
+@pytest.mark.parametrize("vocab", [7, 64, 200, 4000])
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_top_candidates_are_those_of_a_full_topk_bit_for_bit(vocab: int, k: int):
+    """The blockwise selection returns what `topk` over every sum log_p + log p(token) returns: the same
+    continuations in the same order with the same float values, also with empty slots, forbidden tokens
+    and rows where only EOS is allowed (the maximum length)."""
+    generator = torch.Generator().manual_seed(vocab * 10 + k)
+    sentences = 6
+    step_log_probs = torch.log_softmax(4 * torch.randn(sentences * k, vocab, generator=generator), dim=1)
+    step_log_probs[:, : min(3, vocab)] = float("-inf")  # forbidden tokens
+    step_log_probs[1, :] = float("-inf")  # a row forced to end: only EOS left
+    step_log_probs[1, min(EOS_ID, vocab - 1)] = -0.5
+    log_p = -torch.rand(sentences, k, generator=generator) * 10
+    log_p[0, 1:] = float("-inf")  # the first step: one open slot
+    full = (log_p.view(-1, 1) + step_log_probs).view(sentences, k * vocab).topk(k, dim=1)
+
+    values, index = search_module.top_candidates(step_log_probs, log_p, k)
+
+    assert torch.equal(values, full.values)
+    finite = values > float("-inf")
+    assert torch.equal(index[finite], full.indices[finite])
