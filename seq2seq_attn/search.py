@@ -288,12 +288,13 @@ def top_candidates(step_log_probs: Tensor, log_p: Tensor, k: int) -> tuple[Tenso
     sums log_p + step_log_probs (ties apart), without forming those sums or sorting all of them.
 
     On a CPU an index-returning reduction (topk, max, argmax) over every score costs many times a plain
-    maximum (docs/performance.md, "Search steps"), and forming the sums is one more pass. So the scores are cut into blocks of TOPK_BLOCK tokens, each block's best continuation is found by
-    `amax`, and only the k blocks of a sentence with the best maxima are searched for its k best: any
-    one of the k best continuations lies in such a block, as a block that holds it has a maximum at least
-    as good, and fewer than k blocks can beat that. Each value is the same sum of the same two numbers as
-    in the full sum (the maximum of x + c is the maximum of x, plus c, in floating point too), so scores
-    are bit for bit those of a full `topk`.
+    maximum (docs/performance.md, "Search steps"), and forming the sums is one more pass. So the scores are
+    cut into blocks of TOPK_BLOCK tokens, each block's best continuation is found by `amax`, and only the k
+    blocks of a sentence with the best maxima are searched for its k best: any one of the k best
+    continuations lies in such a block, as a block that holds it has a maximum at least as good, and fewer
+    than k blocks can beat that. Each value is the same sum of the same two numbers as in the full sum (the
+    maximum of x + c is the maximum of x, plus c, in floating point too), so scores are bit for bit those of
+    a full `topk`.
 
     step_log_probs (sentences * k, V): constrained log-probabilities; log_p (sentences, k): each slot's
     log p so far, -inf for an empty slot.

@@ -474,7 +474,7 @@ def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tup
     leaves = [enc.keys, enc.annotations, embedded]
     for leaf in leaves:
         leaf.retain_grad()
-    outputs = loop_outputs(decoder._recur(enc, decoder.init(enc), embedded))
+    outputs = loop_outputs(decoder._recur(enc, decoder.init(enc), decoder.rnn.project_static(embedded)))
     generator = torch.Generator().manual_seed(3)
     total = sum((out * torch.randn(out.shape, generator=generator).to(out)).sum() for out in outputs)
     total.backward()

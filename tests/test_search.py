@@ -20,6 +20,7 @@ from seq2seq_attn import search as search_module
 from seq2seq_attn.config import DecodeConfig, from_dict, override
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
+from seq2seq_attn.model.recurrent import RecurrentStack
 from seq2seq_attn.search import length_penalty, score_bound, translate_ids
 from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -435,3 +436,46 @@ def test_top_candidates_are_those_of_a_full_topk_bit_for_bit(vocab: int, k: int)
     assert torch.equal(values, full.values)
     finite = values > float("-inf")
     assert torch.equal(index[finite], full.indices[finite])
+
+
+def _search_with_matmul_gates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every decoder compute W E y + b by the matrix product, as training does."""
+    monkeypatch.setattr(
+        RecurrentStack, "static_gates", lambda self, embed, ids, embedded: self.project_static(embedded)
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES[:2], ids=["rnnsearch", "luong"])
+def test_search_reads_the_input_gates_from_a_table_with_the_same_result(family, monkeypatch):
+    """In search the decoder looks W E y + b up in a table of every target piece's row: the translations
+    and their scores are those of the matrix product, and a change of the weights rebuilds the table."""
+    model = random_model(seed=3, **family)
+    sources = random_sources(8, seed=5)
+    settings = DecodeConfig(beam_size=3, nbest=3)
+
+    def searches() -> list[list[tuple[list[int], float]]]:
+        found = translate_ids(model, sources, settings, "cpu")
+        return [[(h.tokens, h.score) for h in hyps] for hyps in found]
+
+    def same(a, b) -> bool:
+        return all(
+            [tokens for tokens, _ in x] == [tokens for tokens, _ in y]
+            and [s for _, s in x] == pytest.approx([s for _, s in y], abs=1e-5)
+            for x, y in zip(a, b, strict=True)
+        )
+
+    with_table = searches()
+    table = model.decoder.rnn._gate_table
+    assert table is not None and table.shape == (VOCAB, model.decoder.rnn.rnn.weight_ih_l0.size(0))
+    with torch.no_grad():
+        model.decoder.embed.weight.mul_(3.0)  # a new model: the table must follow
+    changed = searches()
+    assert model.decoder.rnn._gate_table is not table
+    with monkeypatch.context() as patch:
+        _search_with_matmul_gates(patch)
+        changed_by_matmul = searches()
+        with torch.no_grad():
+            model.decoder.embed.weight.div_(3.0)
+        by_matmul = searches()
+    assert same(with_table, by_matmul) and same(changed, changed_by_matmul)
+    assert not same(with_table, changed)

@@ -102,8 +102,11 @@ class RNNSearchDecoder(nn.Module):
         """Features t_i (batch, steps, maxout), the state after the last step and the attention weights
         (batch, steps, src_len) for the inputs y_0 .. y_{T-1} (batch, steps), y_0 = <bos>."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{i-1}: (batch, steps, emb)
-        recur = self._fixed_context if self.attention.kind == "none" else self._recur
-        states, contexts, weights, new_state = recur(enc, state, embedded)
+        if self.attention.kind == "none":
+            states, contexts, weights, new_state = self._fixed_context(enc, state, embedded)
+        else:  # W E y_{i-1} + b for every i: (batch, steps, gates)
+            static_gates = self.rnn.static_gates(self.embed, tgt_in, embedded)
+            states, contexts, weights, new_state = self._recur(enc, state, static_gates)
         # Deep output (A.2.2): t~_i = U_o s + V_o E y_{i-1} + C_o c_i for all steps in one matmul.
         t_tilde = self.maxout(torch.cat([states, embedded, contexts], dim=-1))  # (batch, steps, 2 * maxout)
         t = t_tilde.unflatten(-1, (-1, 2)).amax(dim=-1)  # t_i,j = max(t~_i,2j-1, t~_i,2j)
@@ -124,9 +127,8 @@ class RNNSearchDecoder(nn.Module):
         states = torch.cat([top, outputs[:, :-1]], dim=1)  # s_0 .. s_{T-1}
         return states, contexts, weights, DecoderState(hidden=hidden, cell=cell)
 
-    def _recur(self, enc: EncoderOutput, state: DecoderState, embedded: Tensor) -> Recurrence:
+    def _recur(self, enc: EncoderOutput, state: DecoderState, static_gates: Tensor) -> Recurrence:
         """The time loop, attention and update in the configured order."""
-        static_gates = self.rnn.project_static(embedded)  # W E y_{i-1} + b for every i: (batch, steps, gates)
         if fused.used(self, enc, state) and state.feed is None:  # training: backward by hand
             return self._fused(enc, state, static_gates)
         rnn_weights = self.rnn.step_weights()
@@ -200,17 +202,17 @@ class LuongDecoder(nn.Module):
             attentional = self.attentional(contexts, outputs)  # h~_t: (batch, steps, hid)
             new_state = DecoderState(hidden=hidden, cell=cell)
         else:
-            attentional, weights, new_state = self._recur(enc, state, embedded)
+            static_gates = self.rnn.static_gates(self.embed, tgt_in, embedded)  # W E y_{t-1} + b, every t
+            attentional, weights, new_state = self._recur(enc, state, static_gates)
         return attentional, new_state, weights  # p(y_t) = softmax(W_s h~_t): Seq2Seq.logits
 
     def attentional(self, context: Tensor, h: Tensor) -> Tensor:
         return torch.tanh(self.combine(torch.cat([context, h], dim=-1)))  # h~_t = tanh(W_c [c_t ; h_t])
 
     def _recur(
-        self, enc: EncoderOutput, state: DecoderState, embedded: Tensor
+        self, enc: EncoderOutput, state: DecoderState, static_gates: Tensor
     ) -> tuple[Tensor, Tensor, DecoderState]:
         """The input-feeding time loop: RNN step, then attention from h_t, then h~_t fed to the next step."""
-        static_gates = self.rnn.project_static(embedded)  # W E y_{t-1} + b for every t: (batch, steps, gates)
         if fused.used(self, enc, state):  # training: backward by hand
             attentional, weights, h = fused.feeding_gru(
                 self, enc.keys, enc.annotations, enc.mask, static_gates, state.hidden[:, 0], state.feed

@@ -7,8 +7,9 @@ Both paths use the same `nn.GRU` / `nn.LSTM` weights:
 - `step` advances one time step, for the recurrences that read what attention computed from the state
   (RNNsearch's c_i, Luong's input feeding h~_{t-1}). Layer 0's input is [static ; dynamic]: the static part
   (the target embedding E y_{i-1}) is known for every step in advance, so its gate pre-activations for all
-  steps are one batched matmul before the time loop (`project_static`); only the dynamic part (c_i or
-  h~_{t-1}) and the recurrent term are multiplied inside the loop.
+  steps are one batched matmul before the time loop (`project_static`; in search a row lookup in a table
+  of every target piece's row, `static_gates`); only the dynamic part (c_i or h~_{t-1}) and the recurrent
+  term are multiplied inside the loop.
 
 The cell arithmetic is PyTorch's (= cuDNN's): the GRU reset gate multiplies (U_n s + b_n) rather than
 entering as U (r * s) as in Bahdanau et al., Appendix A.1.1 and the authors' code. They are different
@@ -62,6 +63,8 @@ class RecurrentStack(nn.Module):
         self.dynamic_size = dynamic_size
         self.num_layers = num_layers
         self.dropout = dropout if num_layers > 1 else 0.0
+        self._gate_table: Tensor | None = None  # see `static_gates`
+        self._gate_table_key: tuple = ()
 
     def run(
         self, inputs: Tensor, hidden: Tensor, cell: Tensor | None
@@ -85,6 +88,21 @@ class RecurrentStack(nn.Module):
         static (batch, steps, static_size) -> (batch, steps, gates * hidden).
         """
         return F.linear(static, self.rnn.weight_ih_l0[:, : self.static_size], self.rnn.bias_ih_l0)
+
+    def static_gates(self, embed: nn.Embedding, ids: Tensor, embedded: Tensor) -> Tensor:
+        """`project_static(embedded)` for embedded = embed(ids), ids (batch, steps).
+
+        Without gradients or dropout (search, scoring), W E y + b depends on the id alone, so it is read
+        from a table of every id's row, (vocab, gates * hidden), made once per version of the weights: a
+        row lookup instead of a matrix product at every search step."""
+        if torch.is_grad_enabled() or self.training:
+            return self.project_static(embedded)
+        weight, bias = self.rnn.weight_ih_l0, self.rnn.bias_ih_l0
+        key = tuple((t.data_ptr(), t._version) for t in (embed.weight, weight, bias))
+        key += (torch.is_autocast_enabled(ids.device.type),)
+        if key != self._gate_table_key:
+            self._gate_table, self._gate_table_key = self.project_static(embed.weight), key
+        return F.embedding(ids, self._gate_table)
 
     def step_weights(self) -> list[LayerWeights]:
         """The matrices `step` needs, sliced once per sequence (a slice per step would cost a full-size
