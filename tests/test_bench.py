@@ -24,7 +24,7 @@ import torch
 import yaml
 from helpers import TINY_MODEL, tiny_config, write_corpus, write_tiny_config
 
-from benchmarks import bench, bench_step, logs, machine, ours_decode, report
+from benchmarks import bench, bench_search_ops, bench_step, logs, machine, ours_decode, report
 from benchmarks.measure import Job, Measured, launched, run_job
 from benchmarks.toolkits import JoeyNMT, OpenNMT, Ours, Pieces, Settings, Skip, export_pieces, fill
 from seq2seq_attn.config import load_config
@@ -776,11 +776,15 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
 def test_documented_benchmark_commands_parse_and_their_configs_load():
     """What the docs tell a user to run: valid options, existing configs, overrides the schema accepts."""
     commands = _documented_commands()
-    assert {module for module, _ in commands} == {"bench", "bench_step"} and len(commands) >= 10
+    modules = {"bench", "bench_step", "bench_search_ops"}
+    assert {module for module, _ in commands} == modules and len(commands) >= 10
     for module, arguments in commands:
         if arguments == ["--help"]:
             continue
         arguments = [PLACEHOLDERS.get(argument, argument) for argument in arguments]
+        if module == "bench_search_ops":
+            bench_search_ops.parse_args(arguments)  # no config to load
+            continue
         if module == "bench":
             args = bench.parse_args(arguments)
             configs = [args.config, args.baseline]
@@ -789,3 +793,21 @@ def test_documented_benchmark_commands_parse_and_their_configs_load():
             configs = args.configs
         for config in configs:
             load_config(ROOT / config, args.overrides)
+
+
+def test_search_ops_benchmark_times_each_operation_and_its_alternative(tmp_path, capsys):
+    out = tmp_path / "ops"
+    bench_search_ops.main(
+        ["--vocab", "50,70", "--sentences", "3", "--beam", "2,1", "--reps", "2", "--out", str(out)]
+    )
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert [(r["vocab"], r["beam"], r["rows"]) for r in rows[::3]] == [
+        (50, 2, 6),
+        (50, 1, 3),
+        (70, 2, 6),
+        (70, 1, 3),
+    ]
+    assert {r["operation"] for r in rows} == {"k best continuations", "normaliser", "input gates W E y + b"}
+    assert all(r["a_ms"] > 0 and r["b_ms"] > 0 for r in rows)
+    table = out.with_suffix(".md").read_text()
+    assert table.count("| top_candidates |") == 4 and table in capsys.readouterr().out
