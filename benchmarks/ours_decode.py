@@ -25,7 +25,7 @@ from seq2seq_attn.translate import CHUNK_LINES, Translator
 NO_LIMIT = 2**31 - 1  # a token count no batch or test source reaches
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -39,7 +39,11 @@ def main() -> None:
     parser.add_argument("--min-len", type=int, default=0, help="no EOS before this many pieces")
     parser.add_argument("--alpha", type=float, required=True, help="GNMT length-penalty exponent")
     parser.add_argument("--device", default="cpu")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     device = torch.device(args.device)
     model, vocab, config = load_trained(args.checkpoint, device)

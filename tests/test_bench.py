@@ -776,14 +776,14 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
 def test_documented_benchmark_commands_parse_and_their_configs_load():
     """What the docs tell a user to run: valid options, existing configs, overrides the schema accepts."""
     commands = _documented_commands()
-    modules = {"bench", "bench_step", "bench_search_ops"}
+    modules = {"bench", "bench_step", "bench_search_ops", "ours_decode"}
     assert {module for module, _ in commands} == modules and len(commands) >= 10
     for module, arguments in commands:
         if arguments == ["--help"]:
             continue
         arguments = [PLACEHOLDERS.get(argument, argument) for argument in arguments]
-        if module == "bench_search_ops":
-            bench_search_ops.parse_args(arguments)  # no config to load
+        if module in ("bench_search_ops", "ours_decode"):  # no config to load
+            {"bench_search_ops": bench_search_ops, "ours_decode": ours_decode}[module].parse_args(arguments)
             continue
         if module == "bench":
             args = bench.parse_args(arguments)
