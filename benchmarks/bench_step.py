@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq_attn.config import Config, load_config
 from seq2seq_attn.device import bf16_autocast
@@ -39,6 +40,7 @@ from .machine import LoadWatch, describe, load_warning, own_cpu_seconds, span_wa
 
 PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 FIRST_ID = EOS_ID + 1  # random ids avoid the special ones
+PEAK_SIZE, PEAK_REPS = 2048, 10  # `--peak`: square fp32 products of this size, this many times
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--device", default="cpu", help="cpu or cuda")
     add("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     add("--profile", action="store_true", help="print the profiler's top operators for every variant")
+    add(
+        "--peak",
+        action="store_true",
+        help="also measure the CPU's fp32 matrix-product peak (torch.mm of PEAK_SIZE, 1 and 2 threads)",
+    )
     add("--out", type=Path, help="write OUT.json and OUT.md")
     args = parser.parse_args(argv)
     precisions = args.precision.split(",")
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append({"config": str(config_path), "precision": precision, "compile": compiled, **row})
     others = watch.stop(own_seconds=own_cpu_seconds() - own_at_start)
     machine |= {"others_cores": others, "peak_load": round(watch.peak_load, 2)}
+    if args.peak and device.type == "cpu":
+        machine["matmul_peak_gflop_per_s"] = {threads: matmul_peak(threads) for threads in (1, 2)}
     found = (load_warning(machine["load_before"]), span_warning("the measurements", others))
     warnings = [warning for warning in found if warning]
     result = {
@@ -168,13 +177,31 @@ def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, devi
         timed(search, 1, device)
         batches = max(1, args.reps // 3)
         search_s = timed(search, batches, device) / batches
+        with FlopCounterMode(display=False) as counter:  # the matrix products' floating-point operations
+            search()
         row |= {
             "beam_ms_per_step": round(search_s / (shapes.tgt_len + 1) * 1000, 2),
             "beam_sentences_per_s": round(shapes.batch / search_s, 1),
+            "beam_matmul_gflop_per_s": round(counter.get_total_flops() / search_s / 1e9, 3),
         }
         if args.profile:
             print(profile_table(search, device), file=sys.stderr)
     return row
+
+
+def matmul_peak(threads: int) -> float:
+    """GFLOP/s of a large fp32 `torch.mm` on `threads` threads: the CPU's measured peak for the products
+    that dominate a step (flags alone mislead: a first-generation Zen core has half the FMA width of
+    later ones)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(PEAK_SIZE, PEAK_SIZE), torch.randn(PEAK_SIZE, PEAK_SIZE)
+        torch.mm(a, b)
+        seconds = timed(lambda: torch.mm(a, b), PEAK_REPS, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    return round(2 * PEAK_SIZE**3 * PEAK_REPS / seconds / 1e9, 1)
 
 
 def timed(work, reps: int, device: torch.device) -> float:
@@ -210,16 +237,24 @@ def markdown(result: dict[str, Any]) -> str:
         *(f"- **warning**: {warning}" for warning in result["warnings"]),
         f"- shapes: batch {s['batch']}, source {s['src_len']}, target {s['tgt_len']} tokens, "
         f"vocabularies {s['vocab']}; random ids; beam search runs exactly {s['tgt_len']} steps + EOS",
+        *(
+            f"- fp32 matrix-product peak (`torch.mm`, {PEAK_SIZE} x {PEAK_SIZE}): "
+            + ", ".join(f"{gflops} GFLOP/s on {threads} thread(s)" for threads, gflops in peak.items())
+            for peak in [m.get("matmul_peak_gflop_per_s")]
+            if peak
+        ),
+        "- beam matmul GFLOP/s: the search's matrix-product operations (torch's FlopCounterMode) per second",
         "",
         "| config | precision | compile | parameters | warm-up (s) | train update (ms) | train target tok/s "
-        "| beam step (ms) | beam sentences/s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| beam step (ms) | beam sentences/s | beam matmul GFLOP/s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {Path(r['config']).stem} | {r['precision']} | {'yes' if r['compile'] else 'no'} "
             f"| {r['parameters']:,} | {r['warmup_s']} | {r['train_ms']} | {r['train_tokens_per_s']:,} "
-            f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} |"
+            f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} "
+            f"| {r.get('beam_matmul_gflop_per_s', '-')} |"
         )
     return "\n".join(lines) + "\n"
 

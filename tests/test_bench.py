@@ -716,8 +716,9 @@ def test_bench_step_updates_with_the_configs_optimiser(monkeypatch):
 
 
 @pytest.mark.slow
-def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys):
+def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys, monkeypatch):
     """`python -m benchmarks.bench_step ...` (its main, in this process)."""
+    monkeypatch.setattr(bench_step, "PEAK_SIZE", 128)  # the peak's products small enough for a test
     config = write_tiny_config(tmp_path / "tiny.yaml")
     out = tmp_path / "step"
     command = [str(config), "--precision", "fp32,bf16"]
@@ -734,6 +735,7 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys):
         "3",
         "--beam",
         "2",
+        "--peak",
     ]
     bench_step.main([*command, *options, "--out", str(out)])
     result = json.loads(out.with_suffix(".json").read_text())
@@ -742,9 +744,12 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys):
         assert row["parameters"] > 0 and row["train_ms"] > 0 and row["beam_ms_per_step"] > 0
         tokens_per_s = 3 * 4 / (row["train_ms"] / 1000)
         assert abs(row["train_tokens_per_s"] - tokens_per_s) <= max(0.5, 0.01 * tokens_per_s)  # (rounded)
-        assert row["beam_sentences_per_s"] > 0
+        assert row["beam_sentences_per_s"] > 0 and row["beam_matmul_gflop_per_s"] > 0
     assert result["machine"]["torch"] == torch.__version__ and result["machine"]["load_before"] >= 0
+    assert set(result["machine"]["matmul_peak_gflop_per_s"]) == {"1", "2"}
+    assert all(gflops > 0 for gflops in result["machine"]["matmul_peak_gflop_per_s"].values())
     text = out.with_suffix(".md").read_text()
+    assert "fp32 matrix-product peak (`torch.mm`, 128 x 128): " in text
     assert text.count("| tiny |") == 2 and "- machine: " in text and "cores busy meanwhile" in text
     assert capsys.readouterr().out == text + "\n"  # the report is printed too
     with pytest.raises(SystemExit) as bad:
