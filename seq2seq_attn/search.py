@@ -258,8 +258,7 @@ def best_continuations(
     step_log_probs (rows, V): the model's next-token log-probabilities, in fp32, constrained in place. A
     sentence with f finished hypotheses takes only its k - f best candidates.
     """
-    n, k, vocab_size = len(beams.alive), beams.k, step_log_probs.size(1)
-    device = step_log_probs.device
+    k, device = beams.k, step_log_probs.device
     # Which length rules can apply at this step is known on the host, so most steps skip them.
     below_min = step < max(min_lens[s] for s in beams.alive)
     at_max = step >= min(max_lens[s] for s in beams.alive)
@@ -272,19 +271,16 @@ def best_continuations(
         beams.max_len_rows if at_max and cfg.at_max_len == "force_eos" else None,
         cfg.no_repeat_ngram,
     )
-    top_log_p, top_index = top_candidates(step_log_probs, beams.log_p, k)  # (sentences, k), best first
-    origin = torch.div(top_index, vocab_size, rounding_mode="floor")  # the slot each candidate extends
-    token = top_index % vocab_size
-    first_rows = torch.arange(n, device=device).unsqueeze(1) * k  # (sentences, 1)
+    top_log_p, source_row, token = top_candidates(step_log_probs, beams.log_p, k)  # (sentences, k) each
     open_slots = torch.tensor([k - len(beams.finished[s]) for s in beams.alive], device=device)
     taken = (torch.arange(k, device=device) < open_slots.unsqueeze(1)) & (top_log_p > NEG_INF)
     ends = taken & (token == EOS_ID)
-    return Candidates(top_log_p, token, first_rows + origin, ends, taken & ~ends)
+    return Candidates(top_log_p, token, source_row, ends, taken & ~ends)
 
 
-def top_candidates(step_log_probs: Tensor, log_p: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """Each sentence's k best continuations, best first: their log p (sentences, k) and their index in the
-    sentence's k * V continuations (slot * V + token). The same as `topk(k)` over the (sentences, k * V)
+def top_candidates(step_log_probs: Tensor, log_p: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Each sentence's k best continuations, best first, (sentences, k) each: their log p, the row
+    (hypothesis) each extends and the token it appends. The same as `topk(k)` over the (sentences, k * V)
     sums log_p + step_log_probs (ties apart), without forming those sums or sorting all of them.
 
     On a CPU an index-returning reduction (topk, max, argmax) over every score costs many times a plain
@@ -317,9 +313,8 @@ def top_candidates(step_log_probs: Tensor, log_p: Tensor, k: int) -> tuple[Tenso
     sums = log_p.view(-1)[row].unsqueeze(2) + step_log_probs[row.unsqueeze(2), columns]  # like `columns`
     sums = sums.masked_fill_(outside, NEG_INF).view(n, -1)
     top_log_p, position = sums.topk(k, dim=1)  # (sentences, k)
-    chosen_row = row.gather(1, torch.div(position, TOPK_BLOCK, rounding_mode="floor"))
-    chosen_column = columns.view(n, -1).gather(1, position)
-    return top_log_p, (chosen_row % k) * vocab_size + chosen_column
+    source_row = row.gather(1, torch.div(position, TOPK_BLOCK, rounding_mode="floor"))
+    return top_log_p, source_row, columns.view(n, -1).gather(1, position)
 
 
 def record_finished(

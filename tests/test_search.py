@@ -431,7 +431,8 @@ def test_top_candidates_are_those_of_a_full_topk_bit_for_bit(vocab: int, k: int)
     log_p[0, 1:] = float("-inf")  # the first step: one open slot
     full = (log_p.view(-1, 1) + step_log_probs).view(sentences, k * vocab).topk(k, dim=1)
 
-    values, index = search_module.top_candidates(step_log_probs, log_p, k)
+    values, row, token = search_module.top_candidates(step_log_probs, log_p, k)
+    index = (row - torch.arange(sentences).unsqueeze(1) * k) * vocab + token  # slot * V + token
 
     assert torch.equal(values, full.values)
     finite = values > float("-inf")
