@@ -11,7 +11,8 @@ rejected, alternating the two in one process:
   normalises only its top candidates, or takes a greedy argmax of raw logits, would still need for its
   scores);
 - the decoder's input gates W E y + b: the matrix product, or a row lookup in the table of every piece
-  (`RecurrentStack.static_gates`), at `--embed` x `--gates`.
+  (`RecurrentStack.project_static` against `RecurrentStack.static_gates`, as a search step calls them),
+  at `--embed` x `--gates`.
 
     python -m benchmarks.bench_search_ops --vocab 4000,8000,30000 --out benchmarks/results/search_ops
 
@@ -30,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.nn import functional as F
+from torch import nn
 
 from seq2seq_attn.io import write_json, write_text
+from seq2seq_attn.model.recurrent import RecurrentStack
 from seq2seq_attn.search import top_candidates
 
 from .machine import describe, summary
@@ -69,6 +71,7 @@ def timed_pair(first: Callable[[], Any], second: Callable[[], Any], reps: int) -
     return tuple(round(statistics.median(t) * 1000, 3) for t in times)  # type: ignore[return-value]
 
 
+@torch.no_grad()  # as in search, where the input gates come from their table
 def measure(vocab: int, sentences: int, beam: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The three comparisons at one vocabulary size and beam width."""
     generator = torch.Generator().manual_seed(0)
@@ -76,10 +79,10 @@ def measure(vocab: int, sentences: int, beam: int, args: argparse.Namespace) -> 
     logits = 3 * torch.randn(rows, vocab, generator=generator)
     log_probs = torch.log_softmax(logits, dim=-1)
     log_p = -10 * torch.rand(sentences, beam, generator=generator)
-    embedding = torch.randn(vocab, args.embed, generator=generator)
-    weight, bias = torch.randn(args.gates, args.embed), torch.randn(args.gates)
-    table = F.linear(embedding, weight, bias)
-    ids = torch.randint(0, vocab, (rows,), generator=generator)
+    embed = nn.Embedding(vocab, args.embed)
+    stack = RecurrentStack("gru", args.embed, 0, args.gates // 3, 1, 0.0).eval()  # a GRU: 3 gates
+    ids = torch.randint(0, vocab, (rows, 1), generator=generator)  # one step's previous tokens
+    embedded = embed(ids)
 
     def full_topk() -> Any:
         return (log_p.view(-1, 1) + log_probs).view(sentences, -1).topk(beam, dim=1)
@@ -94,10 +97,10 @@ def measure(vocab: int, sentences: int, beam: int, args: argparse.Namespace) -> 
         return torch.logsumexp(logits, dim=-1)
 
     def by_product() -> Any:
-        return F.linear(F.embedding(ids, embedding), weight, bias)
+        return stack.project_static(embed(ids))
 
     def by_table() -> Any:
-        return F.embedding(ids, table)
+        return stack.static_gates(embed, ids, embedded)  # the table is made on the first call
 
     pairs = [
         ("k best continuations", "topk of every sum", full_topk, "top_candidates", best_by_blocks),
