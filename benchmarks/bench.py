@@ -17,6 +17,7 @@ The peers are pip-installed on first use into --cache (see benchmarks/README.md)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import shutil
@@ -28,7 +29,7 @@ from typing import Any
 import sacrebleu
 
 from seq2seq_attn.config import load_config
-from seq2seq_attn.io import read_lines, write_json
+from seq2seq_attn.io import read_lines, write_json, write_text
 
 from . import logs, report
 from .machine import describe, load_warning, span_warning
@@ -106,6 +107,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--cache", type=Path, default=ROOT / ".bench", help="the peers' virtual environments (venvs/)")
     add("--doc", type=Path, default=RESULTS, help="markdown report (JSON next to it)")
     add("--no-install", action="store_true", help="never pip-install a peer; skip those not installed")
+    add(
+        "--by-length",
+        action="store_true",
+        help="quality per CPU-hour: score each toolkit's beam-search output of the test set by source length "
+        "(Moses words) with `seq2seq eval --by-length`, ours against each peer with paired bootstrap "
+        "significance; the outputs, the eval report and its plot go to a folder named after --doc. One "
+        "run per toolkit (--reps 1) with a realistic --budget; ours' preparation timing and no-attention "
+        "run are left out",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.toolkits.split(",")) - set(ALL))
     if unknown:
@@ -114,6 +124,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--reps, --steps, --log-every, --batch, --beam and --budget must be positive")
     if args.decode_steps < 0:
         parser.error("--decode-steps must be >= 0")
+    if args.by_length and (args.reps != 1 or args.decode_steps):
+        parser.error(
+            "--by-length scores one run per toolkit at its own output lengths: use --reps 1 "
+            "without --decode-steps"
+        )
     return args
 
 
@@ -195,11 +210,14 @@ def main(argv: list[str] | None = None) -> None:
             result["toolkits"][toolkit.key]["runs"].append({"rep": rep, **record})
             for stage, others in record["others_cores"].items():
                 _warn(result, span_warning(f"{toolkit.label} {stage}, repetition {rep + 1}", others))
-            if toolkit.key == "ours":
+            if toolkit.key == "ours" and not args.by_length:
                 extra = ours_extra(args.config, ours_sets, baseline, folder.parent, env)
                 result["ours_extra"].append({"rep": rep, **extra})
             write_json(out / "results.json", result)  # partial results survive an interrupted benchmark
 
+    if args.by_length:
+        _step("scoring the beam-search outputs by length")
+        result["by_length"] = score_by_length(result, data_dir, args, env)
     report.summarise(result)
     write_json(out / "results.json", result)
     json_path = report.save(result, args.doc)
@@ -252,7 +270,10 @@ def run_toolkit(
             }
         if not output.seconds:
             return {**record, "error": f"{name} decoding time not found in {decoded.log}"}
+        text = folder / f"test.{name}.txt"  # detokenised, whatever the toolkit writes
+        write_text(text, "".join(f"{line}\n" for line in output.texts))
         record |= {
+            f"{name}_text": str(text),
             f"{name}_seconds": output.seconds,
             f"{name}_sentences_per_s": len(refs) / output.seconds,
             f"{name}_tokens_per_s": output.tokens / output.seconds,
@@ -282,6 +303,51 @@ def ours_extra(
         "prep_peak_rss_mb": max(prepared.peak_rss_mb, vocab.peak_rss_mb),
         "noattn_points": baseline.train_points(folder / "ours-noattn", trained),
         "noattn_log": str(trained.log),
+    }
+
+
+def score_by_length(
+    result: dict[str, Any], data_dir: Path, args: argparse.Namespace, env: dict[str, str]
+) -> dict[str, Any]:
+    """Quality after the same budget: every toolkit's beam-search output, copied into the folder named
+    after --doc, scored by `seq2seq eval --by-length` (BLEU per source-length bucket with bootstrap
+    intervals, and ours against each peer by paired bootstrap resampling). Returns the eval command as
+    anyone can rerun it (CORPUS: the --corpus folder), the files and the eval report; an `error` instead
+    when a toolkit has no output or eval fails."""
+    folder = args.doc.resolve().with_suffix("")
+    folder.mkdir(parents=True, exist_ok=True)
+    systems: list[str] = []
+    for key, toolkit in result["toolkits"].items():
+        run = toolkit["runs"][0] if toolkit["runs"] else {}
+        if "beam_text" not in run:
+            return {"error": f"{toolkit['label']} has no beam-search output to score"}
+        hyp = folder / f"{key}.test.beam.txt"
+        shutil.copyfile(run["beam_text"], hyp)
+        systems += ["--hyp", _portable(hyp), "--label", toolkit["label"]]
+    report_path, plot = folder / "by_length.json", folder / "by_length.png"
+    # the test set every toolkit translated: the corpus' own files when plain text (what a reader has)
+    corpus = args.corpus.resolve() if args.corpus else data_dir
+    ref, src = corpus / f"test.{args.tgt_lang}", corpus / f"test.{args.src_lang}"
+    if not (ref.is_file() and src.is_file()):
+        corpus, ref, src = data_dir, data_dir / "test.tgt", data_dir / "test.src"
+    options = ["--ref", str(ref), "--src", str(src), "--by-length", "--words", "moses"]
+    options += ["--words-lang", args.src_lang, "--significance", "paired-bs"]
+    options += ["--baseline", "ours"] if len(result["toolkits"]) > 1 else []
+    outputs = ["--output", _portable(report_path), "--plot", _portable(plot)]
+    argv = [*SEQ2SEQ, "eval", *systems, *options, *outputs]
+    log = args.out.resolve() / "logs" / "eval.log"
+    scored = run_job(Job(launched(sys.executable, argv), log, cwd=ROOT), env)
+    if scored.returncode:
+        return {"error": f"seq2seq eval failed (exit {scored.returncode}), see {scored.log}"}
+    # the report is committed: the corpus folder by its placeholder, as in the command
+    name = "CORPUS" if args.corpus else "DATA"
+    write_text(report_path, report_path.read_text(encoding="utf-8").replace(str(corpus), name))
+    command = shlex.join(["seq2seq", "eval", *systems, *options, *outputs])
+    return {
+        "command": command.replace(str(corpus), name),
+        "outputs": systems[1::4],
+        "plot": _portable(plot),
+        "report": json.loads(report_path.read_text(encoding="utf-8")),
     }
 
 

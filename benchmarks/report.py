@@ -15,6 +15,7 @@ from statistics import median
 from typing import Any
 
 from seq2seq_attn.io import write_json, write_text
+from seq2seq_attn.report import render_markdown
 
 from . import logs
 from .machine import COMPETING_CORES, summary
@@ -199,6 +200,7 @@ def section(result: dict[str, Any]) -> list[str]:
             for key, label, d in OURS_FIGURES
             if ours[key] is not None
         ]
+    lines += _by_length(result.get("by_length"))
     problems = [
         f"- {t['label']} skipped: {t['skipped']}" for t in result["toolkits"].values() if t.get("skipped")
     ]
@@ -240,6 +242,26 @@ def _context(result: dict[str, Any]) -> list[str]:
         f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; a sentence "
         "stops when a step's best candidate is EOS (the peers' rule; ours `decode.stopping: top`); "
         + _output_bound(s),
+    ]
+
+
+def _by_length(scored: dict[str, Any] | None) -> list[str]:
+    """`--by-length`: the quality reached in the budget, per source-length bucket, as `seq2seq eval` reports
+    it (ours against each peer with paired significance), and the command that re-scores the outputs."""
+    if not scored:
+        return []
+    heading = ["", "### Quality after the same budget, by source length", ""]
+    if "error" in scored:
+        return [*heading, f"Not scored: {scored['error']}"]
+    return [
+        *heading,
+        "The beam-search outputs are committed next to this report; re-score them with",
+        "",
+        f"    {scored['command']}",
+        "",
+        f"![BLEU by source length]({Path(scored['plot']).parent.name}/{Path(scored['plot']).name})",
+        "",
+        *render_markdown(scored["report"]).splitlines(),
     ]
 
 

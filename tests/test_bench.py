@@ -816,3 +816,52 @@ def test_search_ops_benchmark_times_each_operation_and_its_alternative(tmp_path,
     assert all(r["a_ms"] > 0 and r["b_ms"] > 0 for r in rows)
     table = out.with_suffix(".md").read_text()
     assert table.count("| top_candidates |") == 4 and table in capsys.readouterr().out
+
+
+def test_by_length_scores_every_toolkits_output_against_ours_and_the_report_shows_it(tmp_path):
+    """--by-length: each beam output copied next to the report, scored by `seq2seq eval --by-length` with
+    ours as the baseline of the paired test; the report gets the eval table and the re-scoring command."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    sources = [" ".join(["word"] * n) + " ." for n in range(1, 41)]
+    references = [f"le chat {n} est sur le tapis ." for n in range(1, 41)]
+    (corpus / "test.en").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
+    (corpus / "test.fr").write_text("".join(f"{r}\n" for r in references), encoding="utf-8")
+    outputs = {"ours": references, "opennmt": ["le chien est ."] * 40}  # ours perfect, the peer poor
+    result: dict = {"toolkits": {}}
+    for key, lines in outputs.items():
+        text = tmp_path / key / "test.beam.txt"
+        text.parent.mkdir()
+        text.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        label = "ours" if key == "ours" else "OpenNMT-py 3.5.1"
+        result["toolkits"][key] = {"label": label, "runs": [{"rep": 0, "beam_text": str(text)}]}
+    args = bench.parse_args(["--corpus", str(corpus), "--reps", "1", "--by-length", "--toolkits", "ours"])
+    args.doc, args.out = tmp_path / "results" / "quality.md", tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    scored = bench.score_by_length(result, tmp_path / "data-unused", args, env)
+
+    assert "error" not in scored, scored
+    folder = tmp_path / "results" / "quality"
+    assert (folder / "ours.test.beam.txt").read_text(encoding="utf-8").splitlines() == references
+    assert (folder / "by_length.png").stat().st_size > 1000
+    overall = {s["label"]: s["rows"][0] for s in scored["report"]["systems"]}
+    assert overall["ours"]["bleu"] == pytest.approx(100.0) and overall["OpenNMT-py 3.5.1"]["bleu"] < 20
+    (versus,) = scored["report"]["comparisons"]
+    assert versus["baseline"] == "ours" and len(versus["rows"]) == 1 + 7  # overall + 0-10 ... 60+
+    filled = [row for row in versus["rows"] if row["count"]]  # 50-60 and 60+ are empty here
+    assert len(filled) == 6 and all(row["delta"] < -50 and row["significant"] for row in filled)
+    assert scored["report"]["references"] == "CORPUS/test.fr"
+    assert scored["command"].startswith("seq2seq eval --hyp ") and "--ref CORPUS/test.fr" in scored["command"]
+    assert "--baseline ours" in scored["command"] and str(tmp_path) not in scored["command"].replace(
+        str(folder), ""
+    )
+    lines = report._by_length(scored)
+    assert "### Quality after the same budget, by source length" in lines
+    assert sum(line.startswith("| OpenNMT-py 3.5.1 |") for line in lines) >= 2  # scores and comparison
+    assert "![BLEU by source length](quality/by_length.png)" in lines
+
+    result["toolkits"]["opennmt"]["runs"][0].pop("beam_text")
+    assert "no beam-search output" in bench.score_by_length(result, tmp_path, args, env)["error"]
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--by-length", "--reps", "2"])
