@@ -46,6 +46,7 @@ from .constants import SIDES
 from .errors import UserError
 from .io import sha256_text
 from .lexical import Shortlisted, load_table
+from .model import int8
 from .run_dir import load_trained, resolve_checkpoint, run_dir_of
 from .translate import Translator
 from .vocab import PAD_ID, Vocab
@@ -169,6 +170,8 @@ class Runs:
         shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
         others = [] if shared else self.vocabs[1:]
         model = self.model
+        if settings.precision == "int8":
+            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
         if settings.lexical_shortlist:
             if len(self.run_dirs) > 1:
                 raise UserError(f"{DECODE_PREFIX}lexical_shortlist: decode one run with it, not an ensemble")

@@ -27,6 +27,8 @@ from torch import Tensor, nn
 
 from .errors import UserError
 from .io import atomic_write
+from .model.int8 import Int8Linear, Int8Weight
+from .model.recurrent import product
 from .model.states import DecoderState, EncoderOutput
 from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 
@@ -104,8 +106,8 @@ class ShortlistedEncoding:
 
     inner: EncoderOutput
     candidates: Tensor  # (U,) target ids, U a multiple of PAD_TO
-    weight: Tensor  # (U, pre_output) the output layer's rows of the candidates
-    bias: Tensor  # (U,)
+    weight: Tensor | Int8Weight  # (U, pre_output) the output layer's rows of the candidates
+    bias: Tensor | None  # (U,); None when packed with an int8 weight
     allowed: Tensor  # (batch, U) bool: the candidates of each sentence's own list
 
     def index_select(self, index: Tensor) -> ShortlistedEncoding:
@@ -141,13 +143,10 @@ class Shortlisted(nn.Module):
         padded = np.concatenate([union, spare])
         candidates = torch.as_tensor(padded, device=src.device)
         allowed = torch.as_tensor(np.stack([np.isin(padded, own) for own in lists]), device=src.device)
-        return ShortlistedEncoding(
-            self.model.encode(src, src_lengths),
-            candidates,
-            output.weight.index_select(0, candidates),
-            output.bias.index_select(0, candidates),
-            allowed,
-        )
+        weight, bias = output.weight.index_select(0, candidates), output.bias.index_select(0, candidates)
+        if isinstance(output, Int8Linear):  # an int8 search copy: the candidates' rows int8 too
+            weight, bias = Int8Weight(weight, bias), None
+        return ShortlistedEncoding(self.model.encode(src, src_lengths), candidates, weight, bias, allowed)
 
     def init_state(self, enc: ShortlistedEncoding) -> DecoderState:
         return self.model.init_state(enc.inner)
@@ -159,7 +158,7 @@ class Shortlisted(nn.Module):
         -inf outside each sentence's list."""
         features, state, weights = self.model.step_features(enc.inner, state, y_prev)
         features = self.model.decoder.dropout_output(features)
-        logits = torch.nn.functional.linear(features, enc.weight, enc.bias).float()  # (rows, U)
+        logits = product(features, enc.weight, enc.bias).float()  # (rows, U)
         # rows: each sentence's beams, consecutive (as attention reads them): (sentences, beams, U)
         by_sentence = logits.view(len(enc.allowed), -1, logits.size(-1))
         logits = by_sentence.masked_fill(~enc.allowed.unsqueeze(1), float("-inf")).view_as(logits)

@@ -51,7 +51,8 @@ HELP = {
     "nbest": "Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text (decode.nbest).",
     "batch_tokens": "Padded source tokens per search batch (decode.batch_tokens).",
     "batch_sentences": "At most this many sentences per search batch, 0: no limit (decode.batch_sentences).",
-    "precision": "auto: bf16 on GPU, fp32 on CPU; bf16 pays on some CPUs only (decode.precision).",
+    "precision": "auto: bf16 on GPU, fp32 on CPU; bf16 pays on some CPUs only; int8: CPU search with int8 "
+    "weights (decode.precision).",
     "attention": "Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
     "replace_unk": "Replace each <unk> by the most attended source word (decode.replace_unk).",
     "compile": "Run the additive attention through torch.compile: faster beam search after seconds of "

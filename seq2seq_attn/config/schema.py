@@ -416,8 +416,10 @@ class DecodeConfig:
     precision: str = option(
         "auto",
         "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 is "
-        "faster on GPUs, and on some CPUs with AVX-512 BF16 but not all (docs/performance.md).",
-        choices=["auto", "fp32", "bf16"],
+        "faster on GPUs, and on some CPUs with AVX-512 BF16 but not all; int8 (CPU only, search only: "
+        "translate, eval, the Python API) runs the decoder's products with int8 weights, one scale per "
+        "row (docs/performance.md).",
+        choices=["auto", "fp32", "bf16", "int8"],
     )
     compile: bool = option(
         False,

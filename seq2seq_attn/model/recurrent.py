@@ -21,6 +21,7 @@ applied to the concatenated input.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -32,12 +33,18 @@ RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
 
 @dataclass
 class LayerWeights:
-    """One layer's matrices for `step`; layer 0's input matrix holds only the dynamic-input columns."""
+    """One layer's matrices for `step`; layer 0's input matrix holds only the dynamic-input columns.
+    A matrix may also be a packed product (int8.Int8Weight) holding its bias, which is then None."""
 
-    w_ih: Tensor | None
+    w_ih: Tensor | Callable[[Tensor], Tensor] | None
     b_ih: Tensor | None
-    w_hh: Tensor
-    b_hh: Tensor
+    w_hh: Tensor | Callable[[Tensor], Tensor]
+    b_hh: Tensor | None
+
+
+def product(x: Tensor, weight: Tensor | Callable[[Tensor], Tensor], bias: Tensor | None = None) -> Tensor:
+    """x W^T + b: F.linear, or a packed weight's own product (its bias packed with it)."""
+    return F.linear(x, weight, bias) if isinstance(weight, Tensor) else weight(x)
 
 
 class RecurrentStack(nn.Module):
@@ -65,6 +72,7 @@ class RecurrentStack(nn.Module):
         self.dropout = dropout if num_layers > 1 else 0.0
         self._gate_table: Tensor | None = None  # see `static_gates`
         self._gate_table_key: tuple = ()
+        self.int8_weights: list[LayerWeights] | None = None  # a search copy's (int8.quantized)
 
     def run(
         self, inputs: Tensor, hidden: Tensor, cell: Tensor | None
@@ -106,7 +114,9 @@ class RecurrentStack(nn.Module):
 
     def step_weights(self) -> list[LayerWeights]:
         """The matrices `step` needs, sliced once per sequence (a slice per step would cost a full-size
-        gradient buffer per step in backward)."""
+        gradient buffer per step in backward); int8 ones in a search copy made by int8.quantized."""
+        if self.int8_weights is not None:
+            return self.int8_weights
         layers = []
         for k in range(self.num_layers):
             w_ih = getattr(self.rnn, f"weight_ih_l{k}")
@@ -135,11 +145,11 @@ class RecurrentStack(nn.Module):
         x = dynamic
         for k, w in enumerate(weights):
             if k == 0:
-                gates_x = static_gates if w.w_ih is None else static_gates + F.linear(x, w.w_ih)
+                gates_x = static_gates if w.w_ih is None else static_gates + product(x, w.w_ih)
             else:
                 x = F.dropout(x, self.dropout, self.training)
-                gates_x = F.linear(x, w.w_ih, w.b_ih)
-            gates_h = F.linear(hidden[k], w.w_hh, w.b_hh)
+                gates_x = product(x, w.w_ih, w.b_ih)
+            gates_h = product(hidden[k], w.w_hh, w.b_hh)
             if self.is_lstm:
                 h, c = lstm_update(gates_x, gates_h, cell[k])
                 new_cell.append(c)
