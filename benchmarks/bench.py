@@ -34,7 +34,7 @@ from seq2seq_attn.io import read_lines, write_json, write_text
 from . import logs, report
 from .machine import describe, load_warning, span_warning
 from .measure import Job, launched, run_job
-from .toolkits import PEERS, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
+from .toolkits import PEERS, Levers, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
 
 ROOT = Path(__file__).resolve().parent.parent
 SEQ2SEQ = ["-m", "seq2seq_attn"]
@@ -107,6 +107,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--cache", type=Path, default=ROOT / ".bench", help="the peers' virtual environments (venvs/)")
     add("--doc", type=Path, default=RESULTS, help="markdown report (JSON next to it)")
     add("--no-install", action="store_true", help="never pip-install a peer; skip those not installed")
+    add(
+        "--precision",
+        choices=["auto", "fp32", "bf16", "int8"],
+        default="auto",
+        help="our search's decode.precision (auto: fp32 on CPU, bf16 on GPU; int8: CPU only)",
+    )
+    add(
+        "--lexical-shortlist",
+        type=int,
+        nargs=2,
+        metavar=("TOP_K", "FREQUENT"),
+        help="our search scores only each sentence's lexical candidates: a table of TOP_K candidates per "
+        "source piece and the FREQUENT most frequent target pieces, learnt from the trained run by "
+        "`seq2seq lexical-shortlist` after training (not timed with decoding)",
+    )
     add(
         "--by-length",
         action="store_true",
@@ -183,7 +198,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     _warn(result, load_warning(machine["load_before"]))
     if "ours" in chosen:
-        toolkits.append(Ours(args.config, ours_sets, settings, data_dir))
+        levers = Levers(args.precision, tuple(args.lexical_shortlist) if args.lexical_shortlist else None)
+        toolkits.append(Ours(args.config, ours_sets, settings, data_dir, levers))
     for key in (k for k in PEERS if k in chosen):
         peer = PEERS[key](args.cache.resolve(), peer_dir, pieces, settings, torch.__version__.split("+")[0])
         _step(f"setting up {peer.label} in {peer.venv}")
@@ -252,6 +268,18 @@ def run_toolkit(
         return {**record, "error": f"training failed (exit {trained.returncode}), see {trained.log}"}
     if toolkit.checkpoint(folder) is None:
         return {**record, "error": f"training wrote no checkpoint within the budget, see {trained.log}"}
+    setup = toolkit.decoding_setup(folder)
+    if setup is not None:
+        prepared = run_job(setup, env)
+        if prepared.returncode:
+            return {
+                **record,
+                "error": f"decoding set-up failed (exit {prepared.returncode}), see {prepared.log}",
+            }
+        record |= {
+            "decoding_setup_s": prepared.seconds,
+            "lexical_coverage": logs.lexical_coverage(prepared.text()),
+        }
     for name, width in (("beam", beam), ("greedy", 1)):
         hyp = folder / f"test.{name}.hyp"
         decoded = run_job(toolkit.decode_job(folder, width, hyp), env)

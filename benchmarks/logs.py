@@ -118,3 +118,13 @@ def vocab_seconds(text: str) -> tuple[float | None, float | None]:
     """(sentencepiece training, encoding into the token cache) seconds from `seq2seq vocab`'s output."""
     trained, encoded = _VOCAB_TRAINED.search(text), _VOCAB_ENCODED.search(text)
     return (float(trained.group(1)) if trained else None, float(encoded.group(1)) if encoded else None)
+
+
+_LEXICAL_COVERAGE = re.compile(r"dev reference pieces covered: ([\d.]+)%")
+
+
+def lexical_coverage(text: str) -> float | None:
+    """The share (%) of the dev set's reference pieces that `seq2seq lexical-shortlist` says its lists
+    cover."""
+    found = _LEXICAL_COVERAGE.search(text)
+    return float(found.group(1)) if found else None

@@ -37,6 +37,7 @@ FIGURES = [
     ("decode_cuda_peak_mb", "beam search: peak GPU memory (MiB)", 0),
     ("bleu_beam", "BLEU, beam search, after the budget", 2),
     ("bleu_greedy", "BLEU, greedy, after the budget", 2),
+    ("lexical_coverage", "lexical shortlist: dev reference pieces covered (%)", 2),
 ]
 # ours alone: data preparation and the cost of attention
 OURS_FIGURES = [
@@ -242,6 +243,7 @@ def _context(result: dict[str, Any]) -> list[str]:
         f"- decoding: beam {s['beam']} and greedy; GNMT length penalty alpha {s['alpha']:g}; a sentence "
         "stops when a step's best candidate is EOS (the peers' rule; ours `decode.stopping: top`); "
         + _output_bound(s),
+        f"- our search: {_levers(s)}",
     ]
 
 
@@ -263,6 +265,20 @@ def _by_length(scored: dict[str, Any] | None) -> list[str]:
         "",
         *render_markdown(scored["report"]).splitlines(),
     ]
+
+
+def _levers(settings: dict[str, Any]) -> str:
+    """Our search's speed levers in the run: its precision and lexical shortlist."""
+    precision = settings.get("precision", "auto")
+    text = "fp32" if precision == "auto" and settings.get("device") == "cpu" else precision
+    lexical = settings.get("lexical_shortlist")
+    if not lexical:
+        return f"{text}, full output layer"
+    top_k, frequent = lexical
+    return (
+        f"{text}, lexical shortlist of {top_k} candidates per source piece and the {frequent:,} most "
+        "frequent target pieces, learnt from the trained run by `seq2seq lexical-shortlist`"
+    )
 
 
 def _opennmt_sizes(result: dict[str, Any]) -> list[str]:

@@ -69,6 +69,15 @@ class Settings:
     decode_steps: int = 0  # 0: outputs end at EOS; N: every output is exactly N pieces (EOS not before)
 
 
+@dataclass(frozen=True)
+class Levers:
+    """Our search's speed levers, ours alone: `decode.precision`, and a lexical shortlist learnt from the
+    trained run (`seq2seq lexical-shortlist`: candidates per source piece, most frequent target pieces)."""
+
+    precision: str = "auto"
+    lexical: tuple[int, int] | None = None  # (top_k, frequent); None: the full output layer
+
+
 @dataclass
 class Output:
     """A decoded test set: detokenised lines and the number of target pieces generated (EOS excluded)."""
@@ -150,6 +159,10 @@ class Toolkit:
         """Remove what training wrote after the budget ran out (only a toolkit that saves periodically
         instead of on the interrupt can have such files)."""
 
+    def decoding_setup(self, folder: Path) -> Job | None:
+        """Work between training and decoding that decoding needs and is not timed with it, or None."""
+        return None
+
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         raise NotImplementedError
 
@@ -162,8 +175,15 @@ class Ours(Toolkit):
 
     key, label = logs.OURS, "ours"
 
-    def __init__(self, config: Path, overrides: list[str], settings: Settings, data_dir: Path):
-        self.config, self.overrides, self.settings = config, overrides, settings
+    def __init__(
+        self,
+        config: Path,
+        overrides: list[str],
+        settings: Settings,
+        data_dir: Path,
+        levers: Levers = Levers(),
+    ):
+        self.config, self.overrides, self.settings, self.levers = config, overrides, settings, levers
         self.test_src = data_dir / "test.src"
 
     def train_job(self, folder: Path) -> Job:
@@ -188,16 +208,28 @@ class Ours(Toolkit):
         checkpoint = self.checkpoint(folder)
         return None if checkpoint is None else int(load_checkpoint(checkpoint)["step"])
 
+    def decoding_setup(self, folder: Path) -> Job | None:
+        """With a lexical shortlist: `seq2seq lexical-shortlist` learns the trained run's table."""
+        if self.levers.lexical is None:
+            return None
+        top_k, frequent = self.levers.lexical
+        options = {"--top-k": top_k, "--frequent": frequent, "--device": self.settings.device}
+        command = ["-m", "seq2seq_attn", "lexical-shortlist", str(self.checkpoint(folder)), *_flat(options)]
+        return Job(launched(sys.executable, command), folder / "lexical-shortlist.log")
+
     def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
         options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
         options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha, "--device": s.device}
+        options |= {"--precision": self.levers.precision}
         # --decode-steps N: EOS forbidden before N pieces and forced after them (one more step, to score it)
         if s.decode_steps:
             options |= {"--min-len": s.decode_steps, "--max-len-a": 0, "--max-len-b": s.decode_steps}
         else:
             options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA}
-        return Job(launched(sys.executable, [str(OURS_DECODE), *_flat(options)]), hyp.with_suffix(".log"))
+        shortlist = ["--lexical-shortlist"] if self.levers.lexical else []
+        argv = launched(sys.executable, [str(OURS_DECODE), *_flat(options), *shortlist])
+        return Job(argv, hyp.with_suffix(".log"))
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
         text = measured.text()

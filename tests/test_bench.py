@@ -26,7 +26,17 @@ from helpers import TINY_MODEL, tiny_config, write_corpus, write_tiny_config
 
 from benchmarks import bench, bench_search_ops, bench_step, logs, machine, ours_decode, report
 from benchmarks.measure import Job, Measured, launched, run_job
-from benchmarks.toolkits import JoeyNMT, OpenNMT, Ours, Pieces, Settings, Skip, export_pieces, fill
+from benchmarks.toolkits import (
+    JoeyNMT,
+    Levers,
+    OpenNMT,
+    Ours,
+    Pieces,
+    Settings,
+    Skip,
+    export_pieces,
+    fill,
+)
 from seq2seq_attn.config import load_config
 from seq2seq_attn.optim import build_optimizer
 from seq2seq_attn.vocab import build_vocab
@@ -565,8 +575,9 @@ def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
 
 
 @pytest.mark.slow
-def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path, monkeypatch, capsys):
-    """`python -m benchmarks.ours_decode ...` (its main, in this process)."""
+@pytest.mark.parametrize("precision", ["auto", "int8"])
+def test_ours_decode_writes_exactly_the_asked_pieces(precision, tiny_run_dir, tmp_path, monkeypatch, capsys):
+    """`python -m benchmarks.ours_decode ...` (its main, in this process), in fp32 and int8."""
     source = tmp_path / "test.src"
     source.write_text("the cat sat\non the mat\na dog\n", encoding="utf-8")
     argv = ["ours_decode", "--checkpoint", str(tiny_run_dir)]
@@ -582,11 +593,48 @@ def test_ours_decode_writes_exactly_the_asked_pieces(tiny_run_dir, tmp_path, mon
         "0",
         "--max-len-b",
         "7",
+        "--precision",
+        precision,
     ]
     monkeypatch.setattr(sys, "argv", argv)
     ours_decode.main()
     assert logs.ours_decoded_tokens(capsys.readouterr().out) == 3 * 7
     assert len((tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_our_speed_levers_reach_the_search_and_the_report(tmp_path):
+    """--precision and --lexical-shortlist: the table is learnt from the trained run before decoding (not
+    timed with it), the decoder is told to use both, and the report says which search ran."""
+    args = bench.parse_args(["--precision", "int8", "--lexical-shortlist", "20", "500"])
+    assert (args.precision, args.lexical_shortlist) == ("int8", [20, 500])
+    folder = tmp_path / "rep1" / "ours"
+    (folder / "model" / "checkpoints").mkdir(parents=True)
+    (folder / "model" / "checkpoints" / "latest.pt").write_bytes(b"")
+    plain = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data")
+    assert plain.decoding_setup(folder) is None
+    assert "--lexical-shortlist" not in plain.decode_job(folder, 5, tmp_path / "h.txt").argv
+    levers = Levers("int8", (20, 500))
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data", levers)
+    setup = ours.decoding_setup(folder).argv
+    options = dict(zip(setup, setup[1:], strict=False))
+    assert "lexical-shortlist" in setup and setup[setup.index("lexical-shortlist") + 1].endswith("latest.pt")
+    assert (options["--top-k"], options["--frequent"]) == ("20", "500")
+    argv = ours.decode_job(folder, 5, tmp_path / "h.txt").argv
+    assert dict(zip(argv, argv[1:], strict=False))["--precision"] == "int8" and "--lexical-shortlist" in argv
+    assert ours_decode.parse_args([*argv[argv.index("--checkpoint") :]]).lexical_shortlist
+    assert logs.lexical_coverage("lexical shortlist: x\ndev reference pieces covered: 97.22%\n") == 97.22
+    assert logs.lexical_coverage("no table") is None
+
+    result = _result()
+    result["settings"] |= {"precision": "int8", "lexical_shortlist": [20, 500], "device": "cpu"}
+    result["toolkits"]["ours"]["runs"][0]["lexical_coverage"] = 96.5
+    text = report.markdown({"cpu synthetic": report.summarise(result)})
+    assert "- our search: int8, lexical shortlist of 20 candidates per source piece and the 500 most" in text
+    assert "| lexical shortlist: dev reference pieces covered (%) | 96.50 |" in text
+    result["settings"] |= {"precision": "auto", "lexical_shortlist": None}
+    assert "- our search: fp32, full output layer" in report.markdown(
+        {"cpu synthetic": report.summarise(result)}
+    )
 
 
 @pytest.mark.parametrize(
