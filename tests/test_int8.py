@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from helpers import (
     SEARCH_FAMILIES,
     SEARCH_VOCAB,
@@ -105,3 +107,12 @@ def test_translate_the_api_and_the_lexical_shortlist_in_int8(tiny_run_dir: Path,
     assert both.returncode == 0, both.stderr
     assert len(both.stdout.splitlines()) == 3
     assert_one_line_error(run_main(*command, "--precision", "int4"), "--precision")
+
+    config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
+    config.setdefault("decode", {})["precision"] = "int8"  # eval --model searches with the run's decode
+    (run / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    reference = tmp_path / "ref"
+    reference.write_text("".join(f"{line}\n" for line in result.stdout.splitlines()), encoding="utf-8")
+    scored = run_main("eval", "--model", str(run), "--src", str(source), "--ref", str(reference), text=True)
+    assert scored.returncode == 0, scored.stderr
+    assert re.search(r"\ball\b.*\b100\.0", scored.stdout)  # int8 search again: its own output back
