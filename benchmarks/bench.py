@@ -28,7 +28,7 @@ from typing import Any
 
 import sacrebleu
 
-from seq2seq_attn.config import load_config
+from seq2seq_attn.config import DecodeConfig, choices_enum, load_config
 from seq2seq_attn.io import read_lines, write_json, write_text
 
 from . import logs, report
@@ -109,7 +109,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--no-install", action="store_true", help="never pip-install a peer; skip those not installed")
     add(
         "--precision",
-        choices=["auto", "fp32", "bf16", "int8"],
+        choices=[c.value for c in choices_enum(DecodeConfig, "precision")],
         default="auto",
         help="our search's decode.precision (auto: fp32 on CPU, bf16 on GPU; int8: CPU only)",
     )

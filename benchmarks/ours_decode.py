@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from seq2seq_attn.config import DecodeConfig, choices_enum
 from seq2seq_attn.ensemble import load_runs
 from seq2seq_attn.io import read_lines, write_text
 from seq2seq_attn.translate import CHUNK_LINES
@@ -40,7 +41,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--alpha", type=float, required=True, help="GNMT length-penalty exponent")
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
-        "--precision", choices=["auto", "fp32", "bf16", "int8"], default="auto", help="decode.precision"
+        "--precision",
+        choices=[c.value for c in choices_enum(DecodeConfig, "precision")],
+        default="auto",
+        help="decode.precision",
     )
     parser.add_argument(
         "--lexical-shortlist",
