@@ -141,6 +141,7 @@ def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, devi
     tgt = torch.randint(FIRST_ID, shapes.vocab, (shapes.batch, shapes.tgt_len + 1), device=device)
     tgt[:, 0] = BOS_ID
     autocast = bf16_autocast(device.type, precision == "bf16")
+    reset_peak_memory(device)
 
     def update() -> None:
         with autocast:
@@ -156,6 +157,8 @@ def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, devi
         "warmup_s": round(warmup_s, 2),
         "train_ms": round(train_s * 1000, 2),
         "train_tokens_per_s": round(shapes.batch * shapes.tgt_len / train_s),
+        "train_sentences_per_s": round(shapes.batch / train_s, 1),
+        "train_peak_mib": peak_memory_mib(device),
     }
     if args.profile:
         print(profile_table(update, device), file=sys.stderr)
@@ -169,6 +172,8 @@ def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, devi
             min_len=shapes.tgt_len,
         )
         model.eval()
+        optimizer.zero_grad(set_to_none=True)  # the search's peak without the training's gradients
+        reset_peak_memory(device)
 
         def search() -> None:
             with autocast:
@@ -183,10 +188,24 @@ def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, devi
             "beam_ms_per_step": round(search_s / (shapes.tgt_len + 1) * 1000, 2),
             "beam_sentences_per_s": round(shapes.batch / search_s, 1),
             "beam_matmul_gflop_per_s": round(counter.get_total_flops() / search_s / 1e9, 3),
+            "beam_peak_mib": peak_memory_mib(device),
         }
         if args.profile:
             print(profile_table(search, device), file=sys.stderr)
     return row
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mib(device: torch.device) -> float | None:
+    """The most GPU memory torch's allocator held since the last reset (weights, optimiser state and
+    activations together), in MiB; None on a CPU, where torch keeps no such count."""
+    if device.type != "cuda":
+        return None
+    return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
 
 
 def matmul_peak(threads: int) -> float:
@@ -245,18 +264,27 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "- beam matmul GFLOP/s: the search's matrix-product operations (torch's FlopCounterMode) per second",
         "",
+        "- peak MiB: the most GPU memory torch's allocator held (CUDA only), training with the optimiser's "
+        "state, and the search",
+        "",
         "| config | precision | compile | parameters | warm-up (s) | train update (ms) | train target tok/s "
-        "| beam step (ms) | beam sentences/s | beam matmul GFLOP/s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| train sentences/s | train peak MiB | beam step (ms) | beam sentences/s | beam matmul GFLOP/s "
+        "| beam peak MiB |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         lines.append(
             f"| {Path(r['config']).stem} | {r['precision']} | {'yes' if r['compile'] else 'no'} "
             f"| {r['parameters']:,} | {r['warmup_s']} | {r['train_ms']} | {r['train_tokens_per_s']:,} "
+            f"| {r['train_sentences_per_s']} | {_cell(r['train_peak_mib'])} "
             f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} "
-            f"| {r.get('beam_matmul_gflop_per_s', '-')} |"
+            f"| {r.get('beam_matmul_gflop_per_s', '-')} | {_cell(r.get('beam_peak_mib'))} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def _cores(value: float | None) -> str:

@@ -1,7 +1,7 @@
 """The Python half of scripts/gpu_check.sh: what machine this is, and the check's summary.
 
     python scripts/gpu_check.py env FOLDER DEVICE            -> FOLDER/torch.json
-    python scripts/gpu_check.py summary OUT DEVICE QUICK SECONDS -> OUT/summary.json, OUT/summary.md
+    python scripts/gpu_check.py summary OUT DEVICE QUICK SECONDS [--only STAGES] -> OUT/summary.{json,md}
 
 Standard library, torch and the repository's benchmarks/machine.py only, so that it runs on a bare GPU
 image (with the repository root on PYTHONPATH, as gpu_check.sh sets it).
@@ -17,19 +17,22 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-# The configs the benchmark stages measure, in their order, and every file a complete check writes.
-BENCHMARKED = ["small_rnnencdec", "small_luong", "small_rnnsearch", "rnnsearch50"]
-OUTPUTS = [
-    "env/torch.json",
-    "env/lscpu.txt",
-    "env/nvidia-smi.txt",
-    "tests/junit.xml",
-    "logs/tests.log",
-    *(f"bench/{config}.{suffix}" for config in BENCHMARKED for suffix in ("json", "md")),
-    "demo/summary.md",
-    "demo/curve.png",
-    "demo/by_length.json",
-]
+# The configs each benchmark stage measures, in their order, and every file each stage writes.
+BENCH_STAGES = {
+    "bench-small": ["small_rnnencdec", "small_luong", "small_rnnsearch"],
+    "bench-paper": ["rnnsearch50"],
+}
+BENCHMARKED = [config for configs in BENCH_STAGES.values() for config in configs]
+OUTPUTS = {
+    "env": ["env/torch.json", "env/lscpu.txt", "env/nvidia-smi.txt"],
+    "tests": ["tests/junit.xml", "logs/tests.log"],
+    **{
+        stage: [f"bench/{config}.{suffix}" for config in configs for suffix in ("json", "md")]
+        for stage, configs in BENCH_STAGES.items()
+    },
+    "demo": ["demo/summary.md", "demo/curve.png", "demo/by_length.json"],
+}
+FINE = ("passed", "skipped", "deselected")  # the statuses of a check that passed (deselected: not in --only)
 PACKAGES = ["numpy", "sentencepiece", "sacrebleu", "typer", "tqdm", "pyyaml", "matplotlib"]
 OPTIONAL = ["triton", "pytest", "hypothesis", "datasets"]
 
@@ -101,18 +104,21 @@ def read_stages(out: Path) -> list[dict[str, Any]]:
     return stages
 
 
-def summarise(out: Path, device: str, quick: bool, seconds: int) -> bool:
-    """Write out/summary.json and out/summary.md; True when no stage failed or ran out of time."""
+def summarise(out: Path, device: str, quick: bool, seconds: int, only: str = "") -> bool:
+    """Write out/summary.json and out/summary.md; True when no stage failed or ran out of time. The
+    outputs expected are those of the stages that ran (all of them unless `only` names some)."""
     stages = read_stages(out)
-    passed = all(stage["status"] in ("passed", "skipped") for stage in stages)
+    passed = all(stage["status"] in FINE for stage in stages)
+    ran = [stage["stage"] for stage in stages if stage["status"] != "deselected"]
     summary = {
         "device": device,
         "quick": quick,
+        "only": only,
         "passed": passed,
         "total_s": seconds,
         "stages": stages,
         "tests": junit_counts(out / "tests" / "junit.xml"),
-        "outputs": {name: (out / name).is_file() for name in OUTPUTS},
+        "outputs": {name: (out / name).is_file() for stage in ran for name in OUTPUTS.get(stage, [])},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     text = markdown(summary, out)
@@ -127,6 +133,7 @@ def markdown(summary: dict[str, Any], out: Path) -> str:
     machine = json.loads(torch_json.read_text(encoding="utf-8")) if torch_json.is_file() else {}
     gpus = ", ".join(d["name"] for d in machine.get("devices", [])) or "none"
     command = f"scripts/gpu_check.sh --device {summary['device']}{' --quick' if summary['quick'] else ''}"
+    command += f" --only {summary['only']}" if summary["only"] else ""
     lines = [
         f"# GPU check: {'passed' if summary['passed'] else 'FAILED'}",
         "",
@@ -165,10 +172,11 @@ def main(argv: list[str] | None = None) -> None:
     summary.add_argument("device", choices=["cuda", "cpu"])
     summary.add_argument("quick", type=int, choices=[0, 1])
     summary.add_argument("seconds", type=int, help="the whole check's duration")
+    summary.add_argument("--only", default="", help="the stages gpu_check.sh --only ran (comma-separated)")
     args = parser.parse_args(argv)
     if args.command == "env":
         environment(args.folder, args.device)
-    elif not summarise(args.out, args.device, bool(args.quick), args.seconds):
+    elif not summarise(args.out, args.device, bool(args.quick), args.seconds, args.only):
         sys.exit(1)
 
 

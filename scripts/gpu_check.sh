@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU path of seq2seq-attn in one command of at most 10 minutes; what it saw goes into one folder.
 #
-#   scripts/gpu_check.sh OUT_DIR [--device cuda|cpu] [--quick] [--work DIR]
+#   scripts/gpu_check.sh OUT_DIR [--device cuda|cpu] [--quick] [--work DIR] [--only STAGE[,STAGE...]]
 #
 # Stages, in this order, each with its own time limit (below) so that the whole check ends within TOTAL_S;
 # a stage that fails or runs out of time does not stop the next one:
@@ -15,6 +15,9 @@
 # then OUT/summary.md and OUT/summary.json (scripts/gpu_check.py): each stage's status (passed, failed, timeout, skipped), duration
 # and log (OUT/logs/STAGE.log). Exit code 0 when no stage failed or timed out.
 #
+# --only runs the stages named (e.g. `--only env,demo` to run a failed stage again); the others are recorded as
+# `deselected`, and the summary expects only the outputs of the stages that ran.
+#
 # --quick shrinks every stage (tiny shapes, no compile, a demo of a few updates on a tiny corpus) so that the
 # same commands run on a CPU in a minute or two: `make test` runs `--device cpu --quick`. --device cpu also
 # hides any GPU. Nothing is installed: the code runs in place (PYTHONPATH=the repository) with $PYTHON
@@ -23,6 +26,7 @@
 set -uo pipefail
 
 BENCH_STEP=benchmarks.bench_step  # the model micro-benchmark, a module run from the repository root
+STAGE_NAMES=(env tests bench-small bench-paper demo)
 
 # Time limits in seconds. The stages' sum exceeds TOTAL_S: a stage that ends early leaves its time to the
 # next ones, and each stage gets at most what is left of TOTAL_S.
@@ -44,11 +48,13 @@ OUT=""
 DEVICE=cuda
 QUICK=0
 WORK=""
+ONLY=""
 while (($#)); do
     case $1 in
         --device) DEVICE=${2:-}; shift 2 || usage ;;
         --quick) QUICK=1; shift ;;
         --work) WORK=${2:-}; shift 2 || usage ;;
+        --only) ONLY=${2:-}; shift 2 || usage ;;
         -h | --help) usage ;;
         -*) echo "gpu_check: unknown option $1" >&2; usage ;;
         *) [[ -z $OUT ]] || usage; OUT=$1; shift ;;
@@ -56,6 +62,10 @@ while (($#)); do
 done
 [[ -n $OUT ]] || usage
 [[ $DEVICE == cuda || $DEVICE == cpu ]] || { echo "gpu_check: --device must be cuda or cpu, got '$DEVICE'" >&2; exit 2; }
+for name in ${ONLY//,/ }; do
+    [[ " ${STAGE_NAMES[*]} " == *" $name "* ]] ||
+        { echo "gpu_check: --only: unknown stage '$name' (stages: ${STAGE_NAMES[*]})" >&2; exit 2; }
+done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$OUT/logs" || exit 2
@@ -84,9 +94,17 @@ record() {  # record NAME STATUS SECONDS LIMIT NOTE
 
 left() { echo $((DEADLINE - $(date +%s))); }
 
+selected() {  # selected NAME: true unless --only leaves stage NAME out
+    [[ -z $ONLY || ",$ONLY," == *",$1,"* ]]
+}
+
 stage() {  # stage NAME LIMIT_S COMMAND...: run COMMAND under the smaller of LIMIT_S and the time left
     local name=$1 limit=$2
     shift 2
+    if ! selected "$name"; then
+        record "$name" deselected 0 0 "not in --only $ONLY"
+        return
+    fi
     ((limit > $(left))) && limit=$(left)
     if ((limit < 5)); then
         record "$name" skipped 0 0 "no time left of the check's ${TOTAL_S} s"
@@ -140,12 +158,12 @@ export PYTHON
 stage env "$ENV_S" bash -c 'collect_env "$@"' _ "$OUT/env" "$DEVICE"
 
 mkdir -p "$OUT/tests"
-if "$PYTHON" -c "import pytest" 2>/dev/null; then
+if selected tests && ! "$PYTHON" -c "import pytest" 2>/dev/null; then
+    record tests skipped 0 0 "pytest is not installed: no test ran"
+else
     # quick: only the `cuda` tests (skipped on a CPU); the file's other tests run in `make test` anyway
     stage tests "$TESTS_S" "$PYTHON" -m pytest -p no:cacheprovider -rA tests/test_cuda.py \
         --junitxml="$OUT/tests/junit.xml" $( ((QUICK)) && echo "-m cuda")
-else
-    record tests skipped 0 0 "pytest is not installed: no test ran"
 fi
 
 # --quick: every model at this size, and tiny batches (what changes is sizes, not code paths)
@@ -196,4 +214,4 @@ done
 
 # -- summary --------------------------------------------------------------------------------------------
 
-"$PYTHON" scripts/gpu_check.py summary "$OUT" "$DEVICE" "$QUICK" "$(($(date +%s) - START))"
+"$PYTHON" scripts/gpu_check.py summary "$OUT" "$DEVICE" "$QUICK" "$(($(date +%s) - START))" --only "$ONLY"

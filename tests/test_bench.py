@@ -793,6 +793,9 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys, 
         tokens_per_s = 3 * 4 / (row["train_ms"] / 1000)
         assert abs(row["train_tokens_per_s"] - tokens_per_s) <= max(0.5, 0.01 * tokens_per_s)  # (rounded)
         assert row["beam_sentences_per_s"] > 0 and row["beam_matmul_gflop_per_s"] > 0
+        sentences_per_s = 3 / (row["train_ms"] / 1000)
+        assert abs(row["train_sentences_per_s"] - sentences_per_s) <= max(0.05, 0.01 * sentences_per_s)
+        assert row["train_peak_mib"] is None and row["beam_peak_mib"] is None  # counted on CUDA only
     assert result["machine"]["torch"] == torch.__version__ and result["machine"]["load_before"] >= 0
     assert set(result["machine"]["matmul_peak_gflop_per_s"]) == {"1", "2"}
     assert all(gflops > 0 for gflops in result["machine"]["matmul_peak_gflop_per_s"].values())

@@ -52,12 +52,30 @@ def test_quick_cpu_check_runs_every_stage_and_summarises_it(tmp_path):
     assert "| demo | passed |" in text and "## bench/rnnsearch50.md" in text
 
 
+def test_only_runs_the_stages_named_and_expects_only_their_outputs(tmp_path):
+    out = tmp_path / "check"
+    result = gpu_check(str(out), "--device", "cpu", "--quick", "--only", "env", "--work", str(tmp_path / "w"))
+    assert result.returncode == 0, result.stderr[-4000:]
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["passed"] and summary["only"] == "env"
+    statuses = {stage["stage"]: stage["status"] for stage in summary["stages"]}
+    others = dict.fromkeys(["tests", "bench-small", "bench-paper", "demo"], "deselected")
+    assert statuses == {"env": "passed", **others}
+    env_files = ["env/torch.json", "env/lscpu.txt", "env/nvidia-smi.txt"]
+    assert summary["outputs"] == dict.fromkeys(env_files, True)
+    assert not (out / "bench").exists() or not any((out / "bench").iterdir())
+    text = (out / "summary.md").read_text()
+    assert "--only env" in text and "| demo | deselected |" in text
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         ((), "usage"),
         (("out", "--device", "tpu"), "--device must be cuda or cpu"),
         (("out", "--fast"), "--fast"),
+        (("out", "--only", "env,bench"), "--only: unknown stage 'bench'"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
