@@ -276,7 +276,8 @@ class TrainConfig:
     )
     precision: str = option(
         "auto",
-        "auto: bf16 autocast on GPU, fp32 on CPU (bf16 pays on some CPUs only: docs/performance.md).",
+        "auto: bf16 autocast on GPU, fp32 on CPU (bf16 pays on some CPUs only, and on an H100 it was slower "
+        "for the attention models: docs/performance.md).",
         choices=["auto", "fp32", "bf16"],
     )
     compile: bool = option(
@@ -416,9 +417,9 @@ class DecodeConfig:
     precision: str = option(
         "auto",
         "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 is "
-        "faster on GPUs, and on some CPUs with AVX-512 BF16 but not all; int8 (CPU only, search only: "
-        "translate, eval, the Python API) runs the decoder's products with int8 weights, one scale per "
-        "row (docs/performance.md).",
+        "faster on some CPUs with AVX-512 BF16 but not all, and was no faster on an H100; int8 (CPU only, "
+        "search only: translate, eval, the Python API) runs the decoder's products with int8 weights, one "
+        "scale per row (docs/performance.md).",
         choices=["auto", "fp32", "bf16", "int8"],
     )
     compile: bool = option(
