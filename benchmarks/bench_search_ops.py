@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from seq2seq_attn.decoding.search import top_candidates
 from seq2seq_attn.io import write_json, write_text
 from seq2seq_attn.model.recurrent import RecurrentStack
-from seq2seq_attn.search import top_candidates
 
 from .machine import describe, summary
 

@@ -29,12 +29,12 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq_attn.config import Config, load_config
-from seq2seq_attn.device import bf16_autocast
+from seq2seq_attn.decoding.search import beam_search
 from seq2seq_attn.io import write_json, write_text
 from seq2seq_attn.model import build_model
-from seq2seq_attn.optim import build_optimizer
-from seq2seq_attn.search import beam_search
-from seq2seq_attn.vocab import BOS_ID, EOS_ID
+from seq2seq_attn.model.device import bf16_autocast
+from seq2seq_attn.training.optim import build_optimizer
+from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 
 from .machine import LoadWatch, describe, load_warning, own_cpu_seconds, span_warning, summary
 

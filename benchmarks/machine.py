@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seq2seq_attn import device
-from seq2seq_attn.device import CPUINFO
+from seq2seq_attn.model import device
+from seq2seq_attn.model.device import CPUINFO
 
 COMPETING_CORES = 0.5  # other processes keeping this many cores busy make a figure unreliable
 # the flags that decide which kernels run: vector widths, bf16/fp16/int8 dot products, matrix units

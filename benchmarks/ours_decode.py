@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from seq2seq_attn.config import DecodeConfig, choices_enum
-from seq2seq_attn.ensemble import load_runs
+from seq2seq_attn.decoding.loader import load_runs
+from seq2seq_attn.decoding.translate import CHUNK_LINES
 from seq2seq_attn.io import read_lines, write_text
-from seq2seq_attn.translate import CHUNK_LINES
 
 NO_LIMIT = 2**31 - 1  # a token count no batch or test source reaches
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from seq2seq_attn.evaluation.report import render_markdown
 from seq2seq_attn.io import write_json, write_text
-from seq2seq_attn.report import render_markdown
 
 from . import logs
 from .machine import COMPETING_CORES, summary

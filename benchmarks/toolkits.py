@@ -24,10 +24,10 @@ from pathlib import Path
 import sentencepiece as spm
 
 import seq2seq_attn
-from seq2seq_attn.checkpoint import load_checkpoint
-from seq2seq_attn.constants import TOKENIZED_SPLIT
+from seq2seq_attn.config.constants import TOKENIZED_SPLIT
 from seq2seq_attn.io import read_lines, write_text
-from seq2seq_attn.vocab import Vocab
+from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.vocab.pieces import Vocab
 
 from . import logs
 from .measure import Job, Measured, launched, package_version, run_job

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from seq2seq_attn.config import Config, load_config
-from seq2seq_attn.heatmap import pick_by_length
+from seq2seq_attn.evaluation.heatmap import pick_by_length
+from seq2seq_attn.evaluation.report import bucket_rows, render
 from seq2seq_attn.io import read_lines, write_text
-from seq2seq_attn.report import bucket_rows, render
 
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
 

@@ -18,7 +18,7 @@ _EXPORTS = {
     "Model": "api",
     "Candidate": "api",
     "Attention": "api",
-    "Score": "scoring",
+    "Score": "evaluation.likelihood",
     "UserError": "errors",
 }
 __all__ = ["__version__", *_EXPORTS]

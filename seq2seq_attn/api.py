@@ -24,10 +24,10 @@ import numpy as np
 import torch
 
 from .config import DecodeConfig, override
-from .ensemble import load_runs
+from .decoding.loader import load_runs
+from .decoding.translate import Translator
 from .errors import UserError
-from .scoring import Score, Scorer
-from .translate import Translator
+from .evaluation.likelihood import Score, Scorer
 
 PathLike = str | Path
 NBEST_KEYS = {"nbest": "n", "beam_size": "n"}  # how `Model.nbest` names the keys it sets, for errors
@@ -126,7 +126,7 @@ def load(
     `decode` overrides keys of the first run's `decode` section (e.g. beam_size=5, length_penalty="none",
     nbest=3), checked as in a config file. `threads` sets torch's CPU thread count, for the whole process.
     """
-    from .device import resolve_device
+    from .model.device import resolve_device
 
     if threads is not None:
         if threads < 1:

@@ -13,8 +13,8 @@ import pytest
 import torch
 from helpers import TRAINABLE, make_run_dir, tiny_config, write_corpus, write_tiny_config
 
-from seq2seq_attn import train as train_module
 from seq2seq_attn.config import load_config
+from seq2seq_attn.training import train as train_module
 
 # Rough seconds of the longest tests on two busy cores; the torch.compile tests (`compile` in their name) go
 # to one worker together, where the compiler starts once and its kernels are cached.

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from helpers import with_eval_section
 
-from seq2seq_attn.align import (
+from seq2seq_attn.cli import main
+from seq2seq_attn.decoding.run_folder import load_trained
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.evaluation.align import (
     AlignmentCorpus,
     GoldLinks,
     alignment_scores,
@@ -18,7 +21,6 @@ from seq2seq_attn.align import (
     attention_scores,
     diagonal_links,
     encode_words,
-    forced_attention,
     link_counts,
     load_corpus,
     merge_matrix,
@@ -27,10 +29,7 @@ from seq2seq_attn.align import (
     score_links,
     word_attention,
 )
-from seq2seq_attn.cli import main
-from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluate import bucket_labels
-from seq2seq_attn.run_dir import load_trained
+from seq2seq_attn.evaluation.by_length import bucket_labels
 
 
 def gold(sure=(), possible=()) -> GoldLinks:
@@ -191,18 +190,6 @@ def test_encode_words_matches_whole_line_encoding(tiny_run_dir: Path):
     assert ids == vocab.encode_src([" ".join(words) for words in sentences])
     assert counts == [[len(vocab.encode_src([word])[0]) for word in words] for words in sentences]
     assert max(counts[0]) > 1  # "zebra" is not in the tiny vocabulary: several pieces
-
-
-def test_forced_attention_is_batch_invariant(tiny_run_dir: Path):
-    model, _, _ = load_trained(tiny_run_dir)
-    src = [[5, 6, 7, 8, 9], [5], [10, 11]]
-    tgt = [[4, 5], [6, 7, 8, 9, 10, 11], [12]]
-    together = forced_attention(model, src, tgt, "cpu")
-    for i, weights in enumerate(together):
-        assert weights.shape == (len(tgt[i]) + 1, len(src[i]) + 1)
-        assert weights.sum(axis=1) == pytest.approx(np.ones(len(tgt[i]) + 1), abs=1e-5)
-        (alone,) = forced_attention(model, src[i : i + 1], tgt[i : i + 1], "cpu")
-        assert np.allclose(weights, alone, atol=1e-6)
 
 
 def test_by_length_uses_the_evaluation_buckets():

@@ -21,7 +21,7 @@ import pytest
 import torch
 from helpers import assert_one_line_error, run_main, seq2seq, snapshot, tiny_config, write_corpus
 
-from seq2seq_attn.vocab import build_vocab
+from seq2seq_attn.vocab.pieces import build_vocab
 
 Fixture = Callable[[str], Any]  # request.getfixturevalue: builders ask only for what they need
 

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from seq2seq_attn.batching import BatchStream, collate, length_order, plan_epoch, shard
+from seq2seq_attn.vocab.batching import BatchStream, collate, length_order, plan_epoch, shard
 
 
 class Side:

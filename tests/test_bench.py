@@ -38,8 +38,8 @@ from benchmarks.toolkits import (
     fill,
 )
 from seq2seq_attn.config import load_config
-from seq2seq_attn.optim import build_optimizer
-from seq2seq_attn.vocab import build_vocab
+from seq2seq_attn.training.optim import build_optimizer
+from seq2seq_attn.vocab.pieces import build_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,9 +33,9 @@ from helpers import (
     write_tiny_config,
 )
 
-from seq2seq_attn import train as train_module
-from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.model import seq2seq
+from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.training import train as train_module
 
 FUSED_DECODERS = [("rnnsearch", "bahdanau"), ("luong-feed", "general")]  # one per fused Function
 # (largest relative error of the step-by-step code, slack of the fused code's) against float64

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from seq2seq_attn import device
+from seq2seq_attn.model import device
 
 
 def flags_file(tmp_path, name: str, flags: str):

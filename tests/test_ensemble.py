@@ -27,10 +27,11 @@ from helpers import (
 )
 
 from seq2seq_attn.config import DecodeConfig
-from seq2seq_attn.ensemble import Ensemble, attending_models, load_runs, load_translator, side_fingerprint
+from seq2seq_attn.decoding.ensemble import Ensemble, attending_models, side_fingerprint
+from seq2seq_attn.decoding.loader import load_runs, load_translator
+from seq2seq_attn.decoding.search import Hypothesis, pad_sources, translate_ids
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.search import Hypothesis, pad_sources, translate_ids
-from seq2seq_attn.vocab import BOS_ID, EOS_ID
+from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 
 DECODE = DecodeConfig(beam_size=3, nbest=3, precision="fp32")
 FAMILIES = dict(zip(["rnnsearch", "luong", "rnnencdec"], SEARCH_FAMILIES, strict=True))

@@ -12,12 +12,12 @@ from helpers import corpus, run_main
 from sacrebleu.metrics import BLEU
 from typer.testing import CliRunner
 
-from seq2seq_attn.bleu import bleu_metric
-from seq2seq_attn.bootstrap import bleu_scores, sentence_stats
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluate import (
+from seq2seq_attn.evaluation.bleu import bleu_metric
+from seq2seq_attn.evaluation.bootstrap import bleu_scores, sentence_stats
+from seq2seq_attn.evaluation.by_length import (
     System,
     bucket_index,
     bucket_labels,
@@ -26,8 +26,8 @@ from seq2seq_attn.evaluate import (
     merge_reports,
     parse_edges,
 )
-from seq2seq_attn.plots import curve_figure, save_curve
-from seq2seq_attn.report import render
+from seq2seq_attn.evaluation.plots import curve_figure, save_curve
+from seq2seq_attn.evaluation.report import render
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import sacrebleu
 from helpers import run_main, with_eval_section
 
-from seq2seq_attn.run_dir import load_trained
-from seq2seq_attn.translate import Translator
+from seq2seq_attn.decoding.run_folder import load_trained
+from seq2seq_attn.decoding.translate import Translator
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

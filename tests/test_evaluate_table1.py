@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
-from seq2seq_attn.evaluate import Subset, System, evaluate
-from seq2seq_attn.report import render
+from seq2seq_attn.evaluation.by_length import Subset, System, evaluate
+from seq2seq_attn.evaluation.report import render
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,11 @@ import pytest
 import torch
 from helpers import ENV, assert_one_line_error
 
-from seq2seq_attn import train as train_module
-from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.config import load_config
-from seq2seq_attn.metrics import read_metrics
-from seq2seq_attn.run_dir import resolve_checkpoint
+from seq2seq_attn.decoding.run_folder import resolve_checkpoint
+from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.training import train as train_module
+from seq2seq_attn.training.log import read_metrics
 
 # every update writes latest.pt, every 5th also a best-K step-N.pt and the best.pt link
 SETTINGS = {

@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluate import System, differing_examples, evaluate
-from seq2seq_attn.heatmap import pick_by_length
-from seq2seq_attn.html_report import render_html
+from seq2seq_attn.evaluation.by_length import System, differing_examples, evaluate
+from seq2seq_attn.evaluation.heatmap import pick_by_length
+from seq2seq_attn.evaluation.html_report import render_html
 
 ALIGNMENT = {
     "method": "argmax",

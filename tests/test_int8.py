@@ -20,11 +20,11 @@ from helpers import (
 from torch import nn
 
 import seq2seq_attn as s2s
+from seq2seq_attn.decoding import int8
+from seq2seq_attn.decoding.int8 import Int8Linear, Int8Weight, quantized
+from seq2seq_attn.decoding.search import pad_sources
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.model import int8
-from seq2seq_attn.model.int8 import Int8Linear, Int8Weight, quantized
 from seq2seq_attn.model.recurrent import RecurrentStack
-from seq2seq_attn.search import pad_sources
 
 
 def test_int8_products_keep_each_rows_precision() -> None:

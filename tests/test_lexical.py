@@ -19,8 +19,9 @@ from helpers import (
 
 import seq2seq_attn as s2s
 from seq2seq_attn.config import DecodeConfig
-from seq2seq_attn.errors import UserError
-from seq2seq_attn.lexical import (
+from seq2seq_attn.decoding.run_folder import load_trained
+from seq2seq_attn.decoding.search import translate_ids
+from seq2seq_attn.decoding.shortlist import (
     SPECIAL_IDS,
     LexicalTable,
     Shortlisted,
@@ -29,10 +30,9 @@ from seq2seq_attn.lexical import (
     load_table,
     save_table,
 )
-from seq2seq_attn.lexicon import build_table, top_candidates
-from seq2seq_attn.run_dir import load_trained
-from seq2seq_attn.search import translate_ids
-from seq2seq_attn.translate import Translator
+from seq2seq_attn.decoding.shortlist_learning import build_table, top_candidates
+from seq2seq_attn.decoding.translate import Translator
+from seq2seq_attn.errors import UserError
 
 
 def test_top_candidates_keep_each_source_pieces_largest_counts() -> None:

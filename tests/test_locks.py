@@ -35,12 +35,12 @@ from helpers import (
     write_tiny_config,
 )
 
-from seq2seq_attn import average
-from seq2seq_attn.cache import load_cache
-from seq2seq_attn.checkpoint import load_checkpoint, save_checkpoint
-from seq2seq_attn.lock import LOCK_FILE, exclusive
-from seq2seq_attn.run_dir import LATEST, average_latest, checkpoint_dir, load_trained
-from seq2seq_attn.vocab import Vocab
+from seq2seq_attn.decoding import average
+from seq2seq_attn.decoding.run_folder import LATEST, average_latest, checkpoint_dir, load_trained
+from seq2seq_attn.io import LOCK_FILE, exclusive
+from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq_attn.vocab.cache import load_cache
+from seq2seq_attn.vocab.pieces import Vocab
 
 WAIT = 120  # seconds before a test gives up on a process that should have done something
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn", "--quiet"]

@@ -10,11 +10,11 @@ from helpers import tiny_config
 from torch import nn
 from torch.nn import functional as F
 
-from seq2seq_attn.batching import Batch, collate
-from seq2seq_attn.loss import batch_loss, loss_divisor
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.cross_entropy import summed_cross_entropy
-from seq2seq_attn.vocab import PAD_ID
+from seq2seq_attn.training.loss import batch_loss, loss_divisor
+from seq2seq_attn.vocab.batching import Batch, collate
+from seq2seq_attn.vocab.pieces import PAD_ID
 
 VOCAB, FEATURES = 11, 6
 

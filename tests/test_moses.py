@@ -14,15 +14,15 @@ import pytest
 import torch
 from helpers import assert_one_line_error, run_main, tiny_config
 
-from seq2seq_attn import moses
-from seq2seq_attn.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.config import EvalConfig
+from seq2seq_attn.data import moses
 from seq2seq_attn.data.prepare import prepare
+from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluate import System, evaluate
+from seq2seq_attn.evaluation.by_length import System, evaluate
 from seq2seq_attn.model import build_model
-from seq2seq_attn.translate import Translator
-from seq2seq_attn.vocab import Vocab, build_vocab
+from seq2seq_attn.vocab.cache import build_cache, cache_stats, load_cache
+from seq2seq_attn.vocab.pieces import Vocab, build_vocab
 
 EN = ["the cat's mat", "a dog, a house.", "(big) red cat!", "it isn't the dog's"]
 FR = ["l'homme", "le chat, le chien.", "c'est « rouge » !", "qu'il a couru"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from helpers import load_script, noisy
 
 from seq2seq_attn.config import EvalConfig
-from seq2seq_attn.evaluate import System, evaluate
+from seq2seq_attn.evaluation.by_length import System, evaluate
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, run_main
 
+from seq2seq_attn.decoding.run_folder import load_trained
+from seq2seq_attn.decoding.search import translate_ids
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.run_dir import load_trained
-from seq2seq_attn.scoring import Score, Scorer, format_score, load_scorer, perplexity_report, score_ids
-from seq2seq_attn.search import translate_ids
+from seq2seq_attn.evaluation.likelihood import (
+    Score,
+    Scorer,
+    format_score,
+    load_scorer,
+    perplexity_report,
+    score_ids,
+)
 
 SOURCES = ["the cat sat on the mat", "a dog ran to the big red house", "", "naïve cat", "the"]
 

@@ -16,13 +16,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
-from seq2seq_attn import search as search_module
 from seq2seq_attn.config import DecodeConfig, from_dict, override
+from seq2seq_attn.decoding import search as search_module
+from seq2seq_attn.decoding.search import length_penalty, score_bound, translate_ids
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.recurrent import RecurrentStack
-from seq2seq_attn.search import length_penalty, score_bound, translate_ids
-from seq2seq_attn.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PENALTIES = ["none", "average", "gnmt"]
 

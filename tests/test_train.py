@@ -25,13 +25,13 @@ from helpers import (
     train_cli,
 )
 
-from seq2seq_attn import train as train_module
-from seq2seq_attn.checkpoint import load_checkpoint
 from seq2seq_attn.config import load_config
+from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.optim import Schedule
-from seq2seq_attn.run_dir import load_trained
-from seq2seq_attn.train_state import Progress
+from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.training import train as train_module
+from seq2seq_attn.training.optim import Schedule
+from seq2seq_attn.training.state import Progress
 
 torch.set_num_threads(1)
 
@@ -345,7 +345,7 @@ def test_tensorboard_events_when_installed(workdir, monkeypatch):
 def test_validation_forces_eos_instead_of_retrying(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
     """Dev BLEU searches at train.valid_beam with EOS forced at the maximum length, even under the authors'
     retry rule: an early model would otherwise search most long sentences again with ever wider beams."""
-    from seq2seq_attn import validate as validate_module
+    from seq2seq_attn.training import validate as validate_module
 
     model, vocab, config = load_trained(trained_run)
     config.decode.at_max_len, config.decode.beam_size, config.train.valid_beam = "retry", 5, 2

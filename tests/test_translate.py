@@ -19,16 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-import seq2seq_attn.search
-from seq2seq_attn.average import average_checkpoints
-from seq2seq_attn.checkpoint import load_checkpoint
+import seq2seq_attn.decoding.search
 from seq2seq_attn.cli.translate import register
 from seq2seq_attn.config import DecodeConfig
+from seq2seq_attn.decoding.average import average_checkpoints
+from seq2seq_attn.decoding.run_folder import latest_checkpoints, load_trained
+from seq2seq_attn.decoding.translate import Translator, piece_words, translate_stream
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
-from seq2seq_attn.run_dir import latest_checkpoints, load_trained
-from seq2seq_attn.translate import Translator, piece_words, translate_stream
-from seq2seq_attn.vocab import EOS_ID, UNK_ID
+from seq2seq_attn.evaluation.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
+from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.vocab.pieces import EOS_ID, UNK_ID
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "big", "red", "naïve"]
 
@@ -282,13 +282,13 @@ def test_compile_translates_as_the_eager_search_does(tiny_run_dir):
 @pytest.mark.parametrize("stopping", ["bound", "top"])
 def test_stopping_option_reaches_the_search(tiny_run_dir, monkeypatch, stopping):
     seen = []
-    search = seq2seq_attn.search.beam_search
+    search = seq2seq_attn.decoding.search.beam_search
 
     def recording(model, src, lengths, cfg, with_attention=False):
         seen.append(cfg.stopping)
         return search(model, src, lengths, cfg, with_attention)
 
-    monkeypatch.setattr(seq2seq_attn.search, "beam_search", recording)
+    monkeypatch.setattr(seq2seq_attn.decoding.search, "beam_search", recording)
     args = ["translate", "--model", str(tiny_run_dir), "--beam", "3", "--stopping", stopping]
     done = CliRunner().invoke(cli_app(), args, input="the cat sat\non the mat\n")
     assert done.exit_code == 0 and len(done.stdout.splitlines()) == 2

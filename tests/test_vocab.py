@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from helpers import run_main, tiny_config
 
-from seq2seq_attn import cache as cache_module
-from seq2seq_attn.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.config import Config
-from seq2seq_attn.constants import SPLITS
+from seq2seq_attn.config.constants import SPLITS
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.vocab import UNK_ID, Vocab, build_vocab, vocab_dir
+from seq2seq_attn.vocab import cache as cache_module
+from seq2seq_attn.vocab.cache import build_cache, cache_stats, load_cache
+from seq2seq_attn.vocab.pieces import UNK_ID, Vocab, build_vocab, vocab_dir
 
 SRC_SYLLABLES = ["ka", "lo", "mi", "nu", "pe", "ri", "so", "tu"]
 TGT_SYLLABLES = ["ba", "dé", "fi", "go", "hü", "ja", "ke", "lu"]  # non-ASCII on purpose: UTF-8 end to end

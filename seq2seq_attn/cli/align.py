@@ -12,7 +12,7 @@ import typer
 
 from ..console import info
 from ..errors import UserError
-from ..evaluate import check_edges, parse_edges
+from ..evaluation.by_length import check_edges, parse_edges
 from ..io import check_writable, write_json, write_text
 from .options import Device, device_option, model_option, run_default_option
 
@@ -87,7 +87,8 @@ def align_command(
 ) -> None:
     """Force each reference through a trained model, turn its attention into word links and score them
     against gold alignments: AER, precision and recall (Och & Ney 2003), beside a diagonal baseline."""
-    from ..align import (
+    from ..decoding.run_folder import load_trained
+    from ..evaluation.align import (
         alignment_section,
         attention_scores,
         diagonal_links,
@@ -95,8 +96,7 @@ def align_command(
         render_text,
         score_links,
     )
-    from ..device import resolve_device
-    from ..run_dir import load_trained
+    from ..model.device import resolve_device
 
     numbers = parse_sentences(sentences)
     if heatmaps is not None and not numbers:

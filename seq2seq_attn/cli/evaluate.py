@@ -10,8 +10,8 @@ import typer
 
 from ..config import EvalConfig, choices_enum, override
 from ..errors import UserError
-from ..eval_runs import default_run_label, evaluate_runs, read_alignment, write_html, write_report
-from ..evaluate import comparison_pairs, load_systems, parse_edges
+from ..evaluation.by_length import comparison_pairs, load_systems, parse_edges
+from ..evaluation.systems import default_run_label, evaluate_runs, read_alignment, write_html, write_report
 from ..io import check_writable
 from .options import run_default_option
 
@@ -154,7 +154,7 @@ def eval_command(
         if destination is not None:
             check_writable(destination)
     if plot is not None:
-        from ..plots import image_format  # matplotlib is slow to import: only when drawing
+        from ..evaluation.plots import image_format  # matplotlib is slow to import: only when drawing
 
         image_format(plot)
     given = {

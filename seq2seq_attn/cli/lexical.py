@@ -25,8 +25,8 @@ def lexical_shortlist_command(
     """Learn which target pieces each source piece's translation uses, from the run's own attention on its
     training data, into RUN/lexical_shortlist.npz; `translate --lexical-shortlist` (decode.lexical_shortlist)
     then scores only those. Prints the share of the dev set's reference pieces the lists cover."""
-    from ..device import resolve_device
-    from ..lexicon import build_for_run
+    from ..decoding.shortlist_learning import build_for_run
+    from ..model.device import resolve_device
 
     built = build_for_run(run, top_k, frequent, sentences, resolve_device(device.value, "--device"))
     typer.echo(f"lexical shortlist: {built.path} from {built.pairs} training pairs")

@@ -18,7 +18,7 @@ from ..io import atomic_write, check_writable, read_lines, write_json
 from .options import Device, device_option
 
 if TYPE_CHECKING:
-    from ..scoring import Scorer
+    from ..evaluation.likelihood import Scorer
 
 Penalty = choices_enum(DecodeConfig, "length_penalty")
 
@@ -72,8 +72,8 @@ def score_command(
     log-probability, the number of target pieces (EOS included), their mean, whether the source was cut,
     then the corpus perplexity by source-length bucket on stderr. With --nbest, rescore a `translate
     --nbest` list with one or more weighted models and write it re-ranked (or the best with --best)."""
-    from ..device import resolve_device
-    from ..scoring import load_scorer
+    from ..evaluation.likelihood import load_scorer
+    from ..model.device import resolve_device
 
     check_options(model, tgt, nbest, best, pieces, report)
     factors = parse_weights(weights, len(model))  # a bad option fails before any model loads
@@ -123,7 +123,7 @@ def score_pairs(
     scorer: Scorer, sources: list[str], targets: list[str], fmt: str, pieces: bool, report: Path | None
 ) -> tuple[list[str], str]:
     """The rows of every pair and the perplexity table (also written to `report` when given)."""
-    from ..scoring import format_score, render_perplexity
+    from ..evaluation.likelihood import format_score, render_perplexity
 
     scores = scorer.score(sources, targets)
     found = scorer.perplexity(sources, scores)
@@ -143,8 +143,8 @@ def rescore_rows(
     best: bool,
 ) -> list[str]:
     """The n-best list re-ranked by the weighted models (`scoring.rescore`), or each line's best."""
-    from ..scoring import best_texts, read_nbest, rescore
-    from ..translate import nbest_row
+    from ..decoding.translate import nbest_row
+    from ..evaluation.likelihood import best_texts, read_nbest, rescore
 
     ranked = rescore(read_nbest(str(nbest), len(sources)), sources, scorers, weights, penalty, alpha)
     if best:

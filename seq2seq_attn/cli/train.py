@@ -34,6 +34,6 @@ def train_command(
     if dry_run:
         print_resolved(resolved)
         return
-    from ..train import train  # torch import only when training
+    from ..training.train import train  # torch import only when training
 
     train(resolved, resume=resume)

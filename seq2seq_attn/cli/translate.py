@@ -130,9 +130,9 @@ def translate_command(
         open_binary(input_path).close()  # a missing input or output folder fails before loading the model
     if output_path != "-":
         check_writable(output_path)
-    from ..device import resolve_device
-    from ..ensemble import load_translator
-    from ..translate import translate_file
+    from ..decoding.loader import load_translator
+    from ..decoding.translate import translate_file
+    from ..model.device import resolve_device
 
     given = {
         "beam_size": beam,
@@ -161,7 +161,7 @@ def translate_command(
 
     each = None
     if attention is not None:
-        from ..heatmap import attention_files  # matplotlib is slow to import: only when drawing
+        from ..evaluation.heatmap import attention_files  # matplotlib is slow to import: only when drawing
 
         each = attention_files(translator, attention)
     count = translate_file(translator, input_path, output_path, scores, each)
@@ -176,9 +176,9 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
-    from ..average import average_checkpoints
-    from ..checkpoint import save_checkpoint
-    from ..run_dir import average_latest
+    from ..decoding.average import average_checkpoints
+    from ..decoding.run_folder import average_latest
+    from ..model.checkpoint import save_checkpoint
 
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:

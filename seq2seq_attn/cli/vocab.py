@@ -7,10 +7,10 @@ from pathlib import Path
 
 import typer
 
-from ..cache import build_cache, cache_stats
 from ..config import load_config
-from ..constants import SIDES, SPLITS
-from ..vocab import build_vocab, vocab_dir
+from ..config.constants import SIDES, SPLITS
+from ..vocab.cache import build_cache, cache_stats
+from ..vocab.pieces import build_vocab, vocab_dir
 from .config import CONFIG_ARG, SET, SET_OPTION
 
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..constants import SPLITS
 from ..errors import UserError
+from .constants import SPLITS
 
 
 def option(default: Any, doc: str, **rules: Any) -> Any:

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from .. import __version__, moses
+from .. import __version__
 from ..config import Config, DataConfig, to_dict
+from ..config.constants import SIDES, SPLITS, TOKENIZED_SPLIT
 from ..console import progress
-from ..constants import SIDES, SPLITS, TOKENIZED_SPLIT
 from ..errors import UserError
-from ..io import atomic_write, sha256_file, sha256_text, write_json
-from ..lock import exclusive
+from ..io import atomic_write, exclusive, sha256_file, sha256_text, write_json
+from . import moses
 from .clean import Cleaner
 from .sources import Pair, Source, open_source
 

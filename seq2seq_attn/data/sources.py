@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import DataConfig, HuggingFaceConfig, SplitFiles, to_dict
-from ..constants import SPLITS
+from ..config.constants import SPLITS
 from ..errors import UserError
 from ..io import LineEnds, read_lines
 from .synthetic import generate_split

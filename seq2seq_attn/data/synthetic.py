@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ..config import SyntheticConfig
-from ..constants import SPLITS
+from ..config.constants import SPLITS
 from ..errors import UserError
 
 # Sound systems. Source: one consonant + one vowel. Target: an onset made of letters the source never uses

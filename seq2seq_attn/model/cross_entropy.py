@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..vocab import PAD_ID
+from ..vocab.pieces import PAD_ID
 
 # Logits per chunk of `summed_cross_entropy`, by device type. On a CPU the whole (tokens x vocab) block
 # (2,560 x 4,000 fp32 = 41 MB for a batch of 64 x 40) and each of its copies (fp32 cast, softmax, gradients)

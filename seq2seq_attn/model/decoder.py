@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
-from ..vocab import PAD_ID
+from ..vocab.pieces import PAD_ID
 from . import fused
 from .attention import ADDITIVE, Attention
 from .recurrent import RecurrentStack

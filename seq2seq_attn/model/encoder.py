@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
-from ..vocab import PAD_ID
+from ..vocab.pieces import PAD_ID
 from .recurrent import RNN_CLASSES
 
 

@@ -12,11 +12,11 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from ..device import attention_dtype
 from ..errors import UserError
 from .attention import ADDITIVE, Attention
 from .cross_entropy import summed_cross_entropy
 from .decoder import DECODERS
+from .device import attention_dtype
 from .encoder import Encoder
 from .states import DecoderState, EncoderOutput
 

@@ -24,25 +24,25 @@ from typing import Any
 
 import torch
 
-from . import console, distributed
-from .batching import BatchStream
-from .cache import build_cache, load_cache
-from .checkpoint import save_checkpoint
-from .config import Config, to_yaml
-from .data.prepare import prepare
-from .device import resolve_device, uses_bf16
+from .. import console
+from ..config import Config, to_yaml
+from ..data.prepare import prepare
+from ..decoding.run_folder import BEST, LATEST, checkpoint_dir, save_validated
+from ..errors import UserError
+from ..io import TEMP_SUFFIX, exclusive, write_text
+from ..model import Seq2Seq, build_model
+from ..model.checkpoint import save_checkpoint
+from ..model.device import resolve_device, uses_bf16
+from ..vocab.batching import BatchStream
+from ..vocab.cache import build_cache, load_cache
+from ..vocab.pieces import Vocab, build_vocab, vocab_dir
+from . import distributed
 from .distributed import Ranks, StopSignals
-from .errors import UserError
-from .io import TEMP_SUFFIX, write_text
-from .lock import exclusive
+from .log import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .loss import batch_loss, loss_divisor
-from .metrics import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
-from .model import Seq2Seq, build_model
 from .optim import FUSED, Schedule, build_optimizer, step_optimizer
-from .run_dir import BEST, LATEST, checkpoint_dir, save_validated
-from .train_state import Progress, gather_rank_states, restore, resume_point, seed_everything, training_state
+from .state import Progress, gather_rank_states, restore, resume_point, seed_everything, training_state
 from .validate import validate
-from .vocab import Vocab, build_vocab, vocab_dir
 
 
 def train(config: Config, resume: bool = False, stop_after: int | None = None) -> Path:

@@ -44,7 +44,10 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Score
 
-from . import moses
+from ..config import EvalConfig
+from ..data import moses
+from ..errors import UserError
+from ..io import read_lines
 from .bleu import bleu_metric
 from .bootstrap import (
     ALPHA,
@@ -55,13 +58,10 @@ from .bootstrap import (
     randomization_p,
     sentence_stats,
 )
-from .config import EvalConfig
-from .errors import UserError
-from .io import read_lines
 from .report import length_unit, moses_lang_of, words_label
 
 if TYPE_CHECKING:
-    from .vocab import Vocab
+    from ..vocab.pieces import Vocab
 
 REPORT_FORMAT = "seq2seq-attn eval report"
 REPORT_VERSION = 2

@@ -16,10 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import Config, EvalConfig, override
-from .console import info
-from .errors import UserError
-from .evaluate import (
+from ..config import Config, EvalConfig, override
+from ..console import info
+from ..errors import UserError
+from ..io import read_json, write_text
+from .by_length import (
     Subset,
     System,
     comparison_pairs,
@@ -28,14 +29,13 @@ from .evaluate import (
     read_text,
     shortlist_subset,
 )
-from .io import read_json, write_text
 from .report import render
 
 if TYPE_CHECKING:
     import torch
 
-    from .translate import Translator
-    from .vocab import Vocab
+    from ..decoding.translate import Translator
+    from ..vocab.pieces import Vocab
 
 # the `eval` keys a call may override
 EVAL_KEYS = ("buckets", "bucket_by", "words", "bootstrap", "seed", "min_bucket_size", "significance")
@@ -83,7 +83,7 @@ def translate_run(
 ) -> TranslatedRun:
     """Translate `sources` with a trained run (or the ensemble of `runs`) and its own decode settings (the
     first run's), and keep the hypotheses file."""
-    from .ensemble import load_runs
+    from ..decoding.loader import load_runs
 
     loaded = load_runs(runs, device)
     translator = loaded.translator()
@@ -168,7 +168,7 @@ def evaluate_runs(
     words as their own rows ("no UNK", Bahdanau et al. 2014, Table 1). Moses-counted lengths
     (`eval.words: moses`) are in `words_lang`, or else in the first run's language of the bucketed side.
     """
-    from .device import resolve_device
+    from ..model.device import resolve_device
 
     references = read_text(references_path)
     sources = read_text(sources_path) if sources_path is not None else None

@@ -30,17 +30,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from .batching import collate
-from .config import Config, DecodeConfig, EvalConfig
-from .console import progress
-from .device import bf16_autocast, uses_bf16
-from .errors import UserError
-from .evaluate import bucket_index, bucket_labels, check_edges, word_counts, words_unit
-from .io import read_lines
+from ..config import Config, DecodeConfig, EvalConfig
+from ..console import progress
+from ..decoding.forced import by_tokens, forced_pass
+from ..decoding.search import length_penalty
+from ..decoding.translate import clean
+from ..errors import UserError
+from ..io import read_lines
+from ..model.device import uses_bf16
+from ..vocab.pieces import Vocab
+from .by_length import bucket_index, bucket_labels, check_edges, word_counts, words_unit
 from .report import words_label
-from .search import length_batches, length_penalty
-from .translate import clean
-from .vocab import Vocab
 
 
 @dataclass(frozen=True)
@@ -73,47 +73,18 @@ def score_ids(
 ) -> list[list[float]]:
     """Per pair, the log-probability of each target piece and of EOS under `model`, target forced.
 
-    Pairs are sorted by length and batched by `decode.batch_tokens` (source plus target pieces per row,
-    padded) and `decode.batch_sentences`; sources must not be empty. Runs in eval mode, in the decode
-    precision (bf16 autocast where `decode.precision` asks for it; log-probabilities in fp32).
+    Pairs are batched as search batches them (`forced.by_tokens`: source plus target pieces per row,
+    padded, within `decode.batch_tokens` and `decode.batch_sentences`); sources must not be empty. Runs in
+    the decode precision (bf16 autocast where `decode.precision` asks for it; log-probabilities in fp32).
     """
-    device = torch.device(device)
-    bf16 = uses_bf16(decode_cfg.precision, device)
     lengths = [len(s) + len(t) + 2 for s, t in zip(src_ids, tgt_ids, strict=True)]
-    order = sorted(range(len(src_ids)), key=lambda i: lengths[i], reverse=True)
-    most = decode_cfg.batch_sentences or len(src_ids)
-    results: list[list[float]] = [[] for _ in src_ids]
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(), progress(total=len(order), unit=" pairs", desc="score") as bar:
-            for batch in length_batches(order, lengths, decode_cfg.batch_tokens, most):
-                picked = _forced_log_probs(
-                    model, [src_ids[i] for i in batch], [tgt_ids[i] for i in batch], device, bf16
-                )
-                for i, values in zip(batch, picked, strict=True):
-                    results[i] = values
-                bar.update(len(batch))
-    finally:
-        model.train(was_training)
-    return results
-
-
-def _forced_log_probs(
-    model: nn.Module,
-    src_ids: Sequence[Sequence[int]],
-    tgt_ids: Sequence[Sequence[int]],
-    device: torch.device,
-    bf16: bool,
-) -> list[list[float]]:
-    batch = collate(
-        [np.asarray(s, dtype=np.int64) for s in src_ids], [np.asarray(t, dtype=np.int64) for t in tgt_ids]
-    ).to(device)
-    with bf16_autocast(device.type, bf16):
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (batch, tgt_len + 1, vocab)
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    picked = log_probs.gather(-1, batch.tgt_out.unsqueeze(-1)).squeeze(-1).cpu()  # (batch, tgt_len + 1)
-    return [picked[row, : len(t) + 1].tolist() for row, t in enumerate(tgt_ids)]
+    batches = by_tokens(lengths, decode_cfg.batch_tokens, decode_cfg.batch_sentences)
+    bf16 = uses_bf16(decode_cfg.precision, torch.device(device))
+    with progress(total=len(src_ids), unit=" pairs", desc="score") as bar:
+        forced = forced_pass(
+            model, src_ids, tgt_ids, device, batches, log_probs=True, bf16=bf16, done=bar.update
+        )
+    return [pair.log_probs for pair in forced]
 
 
 class Scorer:
@@ -301,7 +272,7 @@ def best_texts(ranked: Sequence[NbestEntry]) -> list[str]:
 
 def load_scorer(path, device: torch.device | str = "cpu") -> Scorer:
     """A Scorer for a run folder or checkpoint file, with the run's own decode settings."""
-    from .run_dir import load_trained
+    from ..decoding.run_folder import load_trained
 
     model, vocab, config = load_trained(path, device)
     return Scorer(model, vocab, config, device)

@@ -28,13 +28,12 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from . import moses
-from .config import Config, DataConfig, VocabConfig, to_dict
-from .console import info
-from .constants import SIDES
-from .errors import UserError
-from .io import atomic_write, read_json, sha256_file, sha256_text, write_json
-from .lock import exclusive
+from ..config import Config, DataConfig, VocabConfig, to_dict
+from ..config.constants import SIDES
+from ..console import info
+from ..data import moses
+from ..errors import UserError
+from ..io import atomic_write, exclusive, read_json, sha256_file, sha256_text, write_json
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_PIECES = ("<pad>", "<unk>", "<s>", "</s>")

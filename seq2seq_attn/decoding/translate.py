@@ -42,12 +42,12 @@ from typing import BinaryIO
 import numpy as np
 import torch
 
-from .config import DecodeConfig
-from .console import progress
-from .errors import UserError
-from .io import atomic_write, open_binary, read_lines
+from ..config import DecodeConfig
+from ..console import progress
+from ..errors import UserError
+from ..io import atomic_write, open_binary, read_lines
+from ..vocab.pieces import UNK_ID, WORD_BOUNDARY, Vocab
 from .search import Hypothesis, translate_ids
-from .vocab import UNK_ID, WORD_BOUNDARY, Vocab
 
 CHUNK_LINES = 1000  # lines translated together when reading a file or a pipe (1 on a terminal)
 EOS_PIECE = "</s>"
@@ -105,7 +105,7 @@ class Translation:
 
 class Translator:
     """A trained model (or an ensemble of them, ensemble.py), its vocabulary and the search settings,
-    applied to lists of raw lines. `ensemble.load_translator` builds one from run folders."""
+    applied to lists of raw lines. `loader.load_translator` builds one from run folders."""
 
     def __init__(
         self,

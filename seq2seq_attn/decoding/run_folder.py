@@ -22,14 +22,14 @@ from typing import Any
 
 import torch
 
-from . import console
+from .. import console
+from ..config import from_dict
+from ..errors import UserError
+from ..io import TEMP_SUFFIX, fsync_dir
+from ..model import build_model
+from ..model.checkpoint import CheckpointNotFound, load_checkpoint, save_checkpoint
+from ..vocab.pieces import Vocab
 from .average import average_checkpoints
-from .checkpoint import CheckpointNotFound, load_checkpoint, save_checkpoint
-from .config import from_dict
-from .errors import UserError
-from .io import TEMP_SUFFIX, fsync_dir
-from .model import build_model
-from .vocab import Vocab
 
 CHECKPOINT_DIR = "checkpoints"
 LATEST = "latest.pt"

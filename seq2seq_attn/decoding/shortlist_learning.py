@@ -1,4 +1,4 @@
-"""A translation lexicon learned from a trained model's own attention: the candidates of lexical.py.
+"""A translation lexicon learned from a trained model's own attention: the candidates of shortlist.py.
 
 For a sample of training pairs, each reference piece y_i is forced through the model and adds its
 attention weight alpha_ij to the count of every source piece x_j it attended: count(x_j, y_i) +=
@@ -19,14 +19,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .align import forced_attention
-from .console import progress
-from .constants import SIDES
-from .errors import UserError
-from .io import read_lines
-from .lexical import LexicalTable, coverage, frequent_pieces, save_table
-from .run_dir import load_trained, resolve_checkpoint, run_dir_of
-from .vocab import Vocab, data_file
+from ..config.constants import SIDES
+from ..console import progress
+from ..errors import UserError
+from ..io import read_lines
+from ..vocab.pieces import Vocab, data_file
+from .forced import by_source_length, forced_pass
+from .run_folder import load_trained, resolve_checkpoint, run_dir_of
+from .shortlist import LexicalTable, coverage, frequent_pieces, save_table
 
 CHUNK_PAIRS = 2000  # pairs forced through the model between two merges of the counts
 
@@ -44,9 +44,11 @@ def attention_counts(
     with progress(total=len(src_ids), unit=" pairs", desc="lexicon") as bar:
         for start in range(0, len(src_ids), CHUNK_PAIRS):
             src_chunk, tgt_chunk = src_ids[start : start + CHUNK_PAIRS], tgt_ids[start : start + CHUNK_PAIRS]
-            for src, tgt, alpha in zip(
-                src_chunk, tgt_chunk, forced_attention(model, src_chunk, tgt_chunk, device), strict=True
-            ):
+            forced = forced_pass(
+                model, src_chunk, tgt_chunk, device, by_source_length(src_chunk), attention=True
+            )
+            for src, tgt, pair in zip(src_chunk, tgt_chunk, forced, strict=True):
+                alpha = pair.attention
                 # alpha: (target pieces + EOS, source pieces + EOS); the EOS row and column carry no word
                 keys.append(
                     np.add.outer(np.asarray(tgt, dtype=np.int64), np.asarray(src) * vocab_size).ravel()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import load_checkpoint
-from .errors import UserError
+from ..errors import UserError
+from ..model.checkpoint import load_checkpoint
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:

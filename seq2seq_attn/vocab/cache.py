@@ -21,13 +21,12 @@ from typing import IO
 import numpy as np
 from tqdm import tqdm
 
-from .config import Config
-from .console import info, progress
-from .constants import SIDES, SPLITS, TOKENIZED_SPLIT
-from .errors import UserError
-from .io import atomic_write, read_json, sha256_file, write_json
-from .lock import exclusive
-from .vocab import UNK_ID, Vocab, data_file, vocab_dir
+from ..config import Config
+from ..config.constants import SIDES, SPLITS, TOKENIZED_SPLIT
+from ..console import info, progress
+from ..errors import UserError
+from ..io import atomic_write, exclusive, read_json, sha256_file, write_json
+from .pieces import UNK_ID, Vocab, data_file, vocab_dir
 
 ENCODE_CHUNK = 10_000  # lines per batch handed to sentencepiece's threaded encoder
 

@@ -11,8 +11,8 @@ import math
 
 import torch
 
-from .config import TrainConfig
-from .metrics import improves
+from ..config import TrainConfig
+from .log import improves
 
 FUSED = ("adam", "sgd")
 

@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .batching import BatchStream
-from .checkpoint import load_checkpoint
-from .config import Config, to_dict
+from ..config import Config, to_dict
+from ..decoding.run_folder import LATEST, checkpoint_dir
+from ..errors import UserError
+from ..model.checkpoint import load_checkpoint
+from ..vocab.batching import BatchStream
 from .distributed import Ranks
-from .errors import UserError
-from .metrics import improves, rank_value
+from .log import improves, rank_value
 from .optim import Schedule
-from .run_dir import LATEST, checkpoint_dir
 
 FORMAT = 1
 RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .errors import UserError
-from .io import atomic_write
-from .model.int8 import Int8Linear, Int8Weight
-from .model.recurrent import product
-from .model.states import DecoderState, EncoderOutput
-from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from ..errors import UserError
+from ..io import atomic_write
+from ..model.recurrent import product
+from ..model.states import DecoderState, EncoderOutput
+from ..vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from .int8 import Int8Linear, Int8Weight
 
 TABLE_FILE = "lexical_shortlist.npz"
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)  # always candidates: the search needs EOS, <unk> may win

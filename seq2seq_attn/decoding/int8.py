@@ -24,9 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from ..console import warn
-from ..device import cpu_model_and_flags
 from ..errors import UserError
-from .recurrent import LayerWeights, RecurrentStack
+from ..model.device import cpu_model_and_flags
+from ..model.recurrent import LayerWeights, RecurrentStack
 
 INT8_MAX = 127
 # The SIMD instructions fbgemm's int8 kernels are written for; without them its products fall back to

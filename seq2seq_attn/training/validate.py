@@ -14,31 +14,28 @@ import itertools
 import numpy as np
 import torch
 
-from .batching import collate, cut_batches, length_order
-from .bleu import bleu_metric
-from .cache import load_cache
-from .config import Config
-from .io import read_lines
+from ..config import Config
+from ..decoding.forced import evaluating
+from ..decoding.search import translate_ids
+from ..evaluation.bleu import bleu_metric
+from ..io import read_lines
+from ..vocab.batching import collate, cut_batches, length_order
+from ..vocab.cache import load_cache
+from ..vocab.pieces import Vocab, vocab_dir
+from .log import perplexity
 from .loss import batch_loss
-from .metrics import perplexity
-from .search import translate_ids
-from .vocab import Vocab, vocab_dir
 
 
 @torch.no_grad()
 def validate(model, config: Config, vocab: Vocab, device: torch.device, bf16: bool) -> dict[str, float]:
     """Return {"loss", "ppl", "bleu"} on the dev set (BLEU 0.0 when train.valid_bleu is off)."""
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         cache = load_cache(vocab_dir(config), "valid")
         count = len(cache.src)
         if config.train.valid_max_sentences:
             count = min(count, config.train.valid_max_sentences)
         loss = _dev_loss(model, cache, count, config, device, bf16)
         bleu = _dev_bleu(model, cache, count, config, vocab, device) if config.train.valid_bleu else 0.0
-    finally:
-        model.train(was_training)
     return {"loss": loss, "ppl": perplexity(loss), "bleu": bleu}
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .batching import Batch
-from .device import bf16_autocast
+from ..model.device import bf16_autocast
+from ..vocab.batching import Batch
 
 
 def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) -> Tensor:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from .console import warn
-from .errors import UserError
+from ..console import warn
+from ..errors import UserError
 
 # CPU instructions that multiply bf16 natively; without them bf16 products are emulated, many times slower
 # than fp32 (docs/performance.md).

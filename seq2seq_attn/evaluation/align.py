@@ -53,16 +53,15 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from .batching import collate
-from .config import EvalConfig
-from .errors import UserError
-from .evaluate import bucket_index, bucket_labels, word_counts
-from .io import read_lines
+from ..config import EvalConfig
+from ..decoding.forced import by_source_length, forced_pass
+from ..errors import UserError
+from ..io import read_lines
+from .by_length import bucket_index, bucket_labels, word_counts
 
 GOLD_FORMATS = ("pharaoh", "naacl")
 METHODS = ("argmax", "threshold")
 DEFAULT_THRESHOLD = EvalConfig().align_threshold
-BATCH_SENTENCES = 32  # sentence pairs forced through the model at once (sorted by length)
 PHARAOH_LINK = re.compile(r"([0-9]+)([-p?])([0-9]+)")
 NAACL_USAGE = "expected `sentence source target [S|P] [confidence]`"
 SURE_STYLE = {"marker": "s", "facecolors": "none", "edgecolors": "tab:red", "linewidths": 1.5}
@@ -231,38 +230,14 @@ def word_attention(weights: np.ndarray, src_counts: Sequence[int], tgt_counts: S
     return tgt @ weights[: tgt.shape[1], : src.shape[1]] @ src.T
 
 
-@torch.no_grad()
-def forced_attention(
-    model, src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]], device: torch.device | str
-) -> list[np.ndarray]:
-    """Attention of each pair with its target forced: (target pieces + </s>, source pieces + </s>)."""
-    order = sorted(range(len(src_ids)), key=lambda i: len(src_ids[i]))
-    result: list[np.ndarray] = [np.zeros(0)] * len(src_ids)
-    for start in range(0, len(order), BATCH_SENTENCES):
-        chunk = order[start : start + BATCH_SENTENCES]
-        batch = collate(
-            [np.asarray(src_ids[i], dtype=np.int64) for i in chunk],
-            [np.asarray(tgt_ids[i], dtype=np.int64) for i in chunk],
-        ).to(torch.device(device))
-        _, weights = model(batch.src, batch.src_lengths, batch.tgt_in, return_attention=True)
-        weights = weights.float().cpu().numpy()  # (batch, tgt_len, src_len)
-        for row, i in enumerate(chunk):
-            result[i] = weights[row, : len(tgt_ids[i]) + 1, : len(src_ids[i]) + 1]
-    return result
-
-
 def attention_scores(model, vocab, corpus: AlignmentCorpus, device: torch.device | str) -> list[np.ndarray]:
     """The model's word-level attention (target words, source words) for every pair, references forced."""
     # the gold sentences come word-tokenised: a word is read as it is (Moses would take a lone word for a
     # sentence and split "etc." or "n't"), so each word's pieces stay its own
     src_ids, src_counts = encode_words(functools.partial(vocab.encode_src, tokenized=True), corpus.src_words)
     tgt_ids, tgt_counts = encode_words(functools.partial(vocab.encode_tgt, tokenized=True), corpus.tgt_words)
-    was_training = model.training
-    model.eval()
-    try:
-        pieces = forced_attention(model, src_ids, tgt_ids, device)
-    finally:
-        model.train(was_training)
+    forced = forced_pass(model, src_ids, tgt_ids, device, by_source_length(src_ids), attention=True)
+    pieces = [pair.attention for pair in forced]
     return [
         word_attention(weights, s, t) for weights, s, t in zip(pieces, src_counts, tgt_counts, strict=True)
     ]

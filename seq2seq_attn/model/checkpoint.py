@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from .errors import UserError
-from .io import atomic_write
+from ..errors import UserError
+from ..io import atomic_write
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:

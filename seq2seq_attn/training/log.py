@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from .batching import Batch
-from .errors import UserError
-from .io import write_text
+from ..errors import UserError
+from ..io import write_text
+from ..vocab.batching import Batch
 
 METRICS_FILE = "metrics.jsonl"
 LOG_FILE = "train.log"

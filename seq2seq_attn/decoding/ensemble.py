@@ -24,15 +24,12 @@ of the models with attention that read the first model's source vocabulary (`att
 reading other pieces has other columns), else the first model's own weights (uniform for an RNNencdec,
 as one such model gives).
 
-Settings: the search uses the first run's `decode` section with the caller's overrides; averaging
-(`average` K) takes the last K checkpoints of each run; `eval` reports an ensemble with its first run's
-`eval` and `data` sections.
+Loading the runs, checking their vocabularies and choosing the search's settings: loader.py.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,17 +38,11 @@ import sentencepiece as spm
 import torch
 from torch import Tensor, nn
 
-from .config import Config, DecodeConfig, override
-from .constants import SIDES
-from .errors import UserError
-from .io import sha256_text
-from .lexical import Shortlisted, load_table
-from .model import int8
-from .run_dir import load_trained, resolve_checkpoint, run_dir_of
-from .translate import Translator
-from .vocab import PAD_ID, Vocab
-
-DECODE_PREFIX = "decode."  # how the library names a decode key in its messages
+from ..config import Config
+from ..config.constants import SIDES
+from ..errors import UserError
+from ..io import sha256_text
+from ..vocab.pieces import PAD_ID, Vocab
 
 
 @dataclass
@@ -138,70 +129,3 @@ def check_same_target(paths: Sequence[Path], vocabs: Sequence[Vocab]) -> None:
                 f"{paths[0]} and {path}: different target vocabularies ({vocabs[0].directory} vs "
                 f"{vocab.directory}); an ensemble's runs must share one"
             )
-
-
-@dataclass(frozen=True)
-class Runs:
-    """Trained runs loaded to translate together: the model (the one run's, or the Ensemble of all) on
-    `device`, and each run's vocabulary and config, in the order given."""
-
-    model: nn.Module
-    vocabs: list[Vocab]
-    configs: list[Config]
-    device: torch.device | str
-    run_dirs: list[Path]
-
-    def translator(
-        self, decode: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None
-    ) -> Translator:
-        """A Translator searching with the first run's `decode` section, changed by the values of `decode`
-        (decode key -> value) that are not None, each checked as a config value; `names` says how the
-        caller calls each key in error messages (default `decode.<key>`). When the runs' source
-        vocabularies differ, each model reads the source through its own."""
-        changes = dict(decode or {})
-        known = {field.name for field in dataclasses.fields(DecodeConfig)}
-        unknown = sorted(changes.keys() - known)
-        if unknown:
-            raise UserError(
-                f"{DECODE_PREFIX}{unknown[0]}: no such decode key (the keys: {', '.join(sorted(known))})"
-            )
-        names = dict(names) if names else {key: DECODE_PREFIX + key for key in changes}
-        settings = override(self.configs[0].decode, changes, DECODE_PREFIX, names)
-        shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
-        others = [] if shared else self.vocabs[1:]
-        model = self.model
-        if settings.precision == "int8":
-            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
-        if settings.lexical_shortlist:
-            if len(self.run_dirs) > 1:
-                raise UserError(f"{DECODE_PREFIX}lexical_shortlist: decode one run with it, not an ensemble")
-            model = Shortlisted(model, load_table(self.run_dirs[0], self.vocabs[0]))
-        return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
-
-
-def load_runs(paths: Sequence[str | Path], device: torch.device | str = "cpu", average: int = 0) -> Runs:
-    """Each trained run (a run folder or a checkpoint file, `run_dir.load_trained`; with `average` K > 0,
-    its last K step-N.pt checkpoints averaged), checked to share the target vocabulary."""
-    if not paths:
-        raise UserError("no trained run to load: give at least one run folder or checkpoint")
-    paths = [Path(path) for path in paths]
-    loaded = [load_trained(path, device, average=average) for path in paths]
-    models, vocabs, configs = (list(column) for column in zip(*loaded, strict=True))
-    run_dirs = [run_dir_of(resolve_checkpoint(path)) for path in paths]
-    if len(models) == 1:
-        return Runs(models[0], vocabs, configs, device, run_dirs)  # one run searches as it always has
-    check_same_target(paths, vocabs)
-    return Runs(Ensemble(models, attending_models(configs, vocabs)), vocabs, configs, device, run_dirs)
-
-
-def load_translator(
-    paths: Sequence[str | Path],
-    device: torch.device | str = "cpu",
-    decode: Mapping[str, Any] | None = None,
-    *,
-    average: int = 0,
-    names: Mapping[str, str] | None = None,
-) -> Translator:
-    """A Translator of one trained run, or of the ensemble of several (`load_runs`), searching with the
-    first run's decode settings changed by `decode` (`Runs.translator`)."""
-    return load_runs(paths, device, average).translator(decode, names)

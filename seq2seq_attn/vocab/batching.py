@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .vocab import BOS_ID, EOS_ID, PAD_ID
+from .pieces import BOS_ID, EOS_ID, PAD_ID
 
 
 @dataclass

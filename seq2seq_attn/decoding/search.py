@@ -52,12 +52,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import DecodeConfig
-from .device import bf16_autocast, uses_bf16
-from .vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from ..config import DecodeConfig
+from ..model.device import bf16_autocast, uses_bf16
+from ..vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
-    from .model import DecoderState, EncoderOutput
+    from ..model import DecoderState, EncoderOutput
 
 NEG_INF = float("-inf")
 FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token

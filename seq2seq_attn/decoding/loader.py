@@ -1,0 +1,99 @@
+"""The run loader: what every decode loads, one trained run or the ensemble of several, and its settings.
+
+`translate`, `eval --model`, `score`, the Python API and the benchmarks all load through `load_runs`, so a
+run is searched alike everywhere. One run is searched as itself; several are checked to share the target
+vocabulary and searched as one `Ensemble` (ensemble.py). The search uses the first run's `decode` section
+with the caller's changes, each checked as a config value; `decode.precision: int8` searches an int8 copy
+(int8.py) and `decode.lexical_shortlist` the run's shortlist (shortlist.py). Averaging (`average` K) takes
+the last K step-N.pt checkpoints of each run; `eval` reports an ensemble with its first run's `eval` and
+`data` sections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..config import Config, DecodeConfig, override
+from ..errors import UserError
+from ..vocab.pieces import Vocab
+from . import int8
+from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
+from .run_folder import load_trained, resolve_checkpoint, run_dir_of
+from .shortlist import Shortlisted, load_table
+from .translate import Translator
+
+DECODE_PREFIX = "decode."  # how the library names a decode key in its messages
+
+
+@dataclass(frozen=True)
+class Runs:
+    """Trained runs loaded to translate together: the model (the one run's, or the Ensemble of all) on
+    `device`, and each run's vocabulary and config, in the order given."""
+
+    model: nn.Module
+    vocabs: list[Vocab]
+    configs: list[Config]
+    device: torch.device | str
+    run_dirs: list[Path]
+
+    def translator(
+        self, decode: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None
+    ) -> Translator:
+        """A Translator searching with the first run's `decode` section, changed by the values of `decode`
+        (decode key -> value) that are not None, each checked as a config value; `names` says how the
+        caller calls each key in error messages (default `decode.<key>`). When the runs' source
+        vocabularies differ, each model reads the source through its own."""
+        changes = dict(decode or {})
+        known = {field.name for field in dataclasses.fields(DecodeConfig)}
+        unknown = sorted(changes.keys() - known)
+        if unknown:
+            raise UserError(
+                f"{DECODE_PREFIX}{unknown[0]}: no such decode key (the keys: {', '.join(sorted(known))})"
+            )
+        names = dict(names) if names else {key: DECODE_PREFIX + key for key in changes}
+        settings = override(self.configs[0].decode, changes, DECODE_PREFIX, names)
+        shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
+        others = [] if shared else self.vocabs[1:]
+        model = self.model
+        if settings.precision == "int8":
+            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
+        if settings.lexical_shortlist:
+            if len(self.run_dirs) > 1:
+                raise UserError(f"{DECODE_PREFIX}lexical_shortlist: decode one run with it, not an ensemble")
+            model = Shortlisted(model, load_table(self.run_dirs[0], self.vocabs[0]))
+        return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
+
+
+def load_runs(paths: Sequence[str | Path], device: torch.device | str = "cpu", average: int = 0) -> Runs:
+    """Each trained run (a run folder or a checkpoint file, `run_folder.load_trained`; with `average` K > 0,
+    its last K step-N.pt checkpoints averaged), checked to share the target vocabulary."""
+    if not paths:
+        raise UserError("no trained run to load: give at least one run folder or checkpoint")
+    paths = [Path(path) for path in paths]
+    loaded = [load_trained(path, device, average=average) for path in paths]
+    models, vocabs, configs = (list(column) for column in zip(*loaded, strict=True))
+    run_dirs = [run_dir_of(resolve_checkpoint(path)) for path in paths]
+    if len(models) == 1:
+        return Runs(models[0], vocabs, configs, device, run_dirs)  # one run searches as it always has
+    check_same_target(paths, vocabs)
+    return Runs(Ensemble(models, attending_models(configs, vocabs)), vocabs, configs, device, run_dirs)
+
+
+def load_translator(
+    paths: Sequence[str | Path],
+    device: torch.device | str = "cpu",
+    decode: Mapping[str, Any] | None = None,
+    *,
+    average: int = 0,
+    names: Mapping[str, str] | None = None,
+) -> Translator:
+    """A Translator of one trained run, or of the ensemble of several (`load_runs`), searching with the
+    first run's decode settings changed by `decode` (`Runs.translator`)."""
+    return load_runs(paths, device, average).translator(decode, names)
