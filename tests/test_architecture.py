@@ -1,5 +1,6 @@
-"""The package's layers: every import follows the README's code map, which lists every module, and
-docs/architecture.md shows the current import graph (scripts/architecture.py)."""
+"""The package's layers: one folder per pipeline stage, every import follows the README's code map, which
+lists every module, no imports go round in a circle, and docs/architecture.md shows the current import
+graph (scripts/architecture.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,27 @@ GRAPH = architecture.import_graph()
 def test_the_code_map_lists_every_module_and_only_modules_that_exist():
     assert sorted(GRAPH.keys() - LAYERS.keys()) == []  # a module missing from the README's code map
     assert sorted(LAYERS.keys() - GRAPH.keys()) == []  # an entry naming no file
-    assert {"checkpoint.py", "run_dir.py", "config/schema.py", "cli/plot.py", "__main__.py"} <= LAYERS.keys()
+    assert {
+        "model/checkpoint.py",
+        "decoding/run_folder.py",
+        "config/schema.py",
+        "__main__.py",
+    } <= LAYERS.keys()
+
+
+def test_the_top_level_is_the_foundation_the_api_and_one_folder_per_stage():
+    package = architecture.PACKAGE
+    entries = sorted(path.name for path in package.iterdir() if path.name != "__pycache__")
+    folders = [name for name in entries if (package / name).is_dir()]
+    assert folders == ["cli", "config", "data", "decoding", "evaluation", "model", "training", "vocab"]
+    assert len(entries) <= 14
+    for folder in folders:  # each folder is one layer of the code map, and says its job first thing
+        assert len({LAYERS[m] for m in LAYERS if m.startswith(f"{folder}/")}) == 1
+        docstring = ast.get_docstring(
+            ast.parse((package / folder / "__init__.py").read_text(encoding="utf-8"))
+        )
+        assert docstring and len(docstring.split()) >= 8, folder
+        assert len([m for m in LAYERS if m.startswith(f"{folder}/") and not m.endswith("__init__.py")]) <= 12
 
 
 def test_every_import_goes_to_the_same_or_a_lower_layer():
@@ -27,13 +48,24 @@ def test_every_import_goes_to_the_same_or_a_lower_layer():
 
 
 def test_the_check_catches_an_import_that_points_up():
-    graph = {**GRAPH, "vocab.py": GRAPH["vocab.py"] | {"train.py"}}
+    graph = {**GRAPH, "vocab/pieces.py": GRAPH["vocab/pieces.py"] | {"training/distributed.py"}}
     assert architecture.problems(LAYERS, graph) == [
-        f"vocab.py (layer 4) imports train.py (layer {LAYERS['train.py']})"
+        "vocab/pieces.py (layer 4) imports training/distributed.py (layer 8)"
     ]
     assert architecture.problems({k: v for k, v in LAYERS.items() if k != "io.py"}, GRAPH)[0] == (
         "README code map: `io.py` is not listed"
     )
+
+
+def test_the_check_catches_a_folder_across_layers_and_an_import_cycle():
+    layers = {**LAYERS, "decoding/shortlist_learning.py": LAYERS["evaluation/by_length.py"]}
+    assert architecture.problems(layers, GRAPH) == ["README code map: folder `decoding/` spans layers 6, 7"]
+    graph = {**GRAPH, "decoding/search.py": GRAPH["decoding/search.py"] | {"decoding/translate.py"}}
+    assert architecture.problems(LAYERS, graph) == [
+        "import cycle: decoding/search.py -> decoding/translate.py -> decoding/search.py"
+    ]
+    assert architecture.cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c"]]
+    assert architecture.cycles(GRAPH) == []
 
 
 def test_imports_resolve_to_modules_relative_ones_inside_functions_and_type_checking_included():
@@ -48,10 +80,13 @@ def test_imports_resolve_to_modules_relative_ones_inside_functions_and_type_chec
     assert targets("cli/evaluate.py", "from ..config import EvalConfig") == {"config/__init__.py"}
     assert targets("cli/__init__.py", "from . import align as align_cli") == {"cli/align.py"}
     assert targets("data/prepare.py", "from .. import __version__") == {"__init__.py"}
-    code = "def f():\n    from .heatmap import draw\nif TYPE_CHECKING:\n    from .model.states import State\n"
-    assert targets("translate.py", code) == {"heatmap.py", "model/states.py"}
-    assert targets("train.py", "from seq2seq_attn.config.reference import x") == {"config/reference.py"}
-    assert targets("train.py", "from numpy import array") == set()
+    code = (
+        "def f():\n    from .heatmap import draw\nif TYPE_CHECKING:\n    from ..model.states import State\n"
+    )
+    assert targets("evaluation/systems.py", code) == {"evaluation/heatmap.py", "model/states.py"}
+    train = "training/train.py"
+    assert targets(train, "from seq2seq_attn.config.reference import x") == {"config/reference.py"}
+    assert targets(train, "from numpy import array") == set()
     assert GRAPH["model/seq2seq.py"] >= {"model/cross_entropy.py", "config/__init__.py"}
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -18,7 +20,17 @@ from torch import nn
 
 from seq2seq_attn.config import DecodeConfig, from_dict, override
 from seq2seq_attn.decoding import search as search_module
-from seq2seq_attn.decoding.search import length_penalty, score_bound, translate_ids
+from seq2seq_attn.decoding.ensemble import Ensemble
+from seq2seq_attn.decoding.int8 import quantized
+from seq2seq_attn.decoding.search import (
+    Rows,
+    SearchModel,
+    length_penalty,
+    pad_sources,
+    score_bound,
+    translate_ids,
+)
+from seq2seq_attn.decoding.shortlist import LexicalTable, Shortlisted
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.recurrent import RecurrentStack
@@ -480,3 +492,39 @@ def test_search_reads_the_input_gates_from_a_table_with_the_same_result(family, 
         by_matmul = searches()
     assert same(with_table, by_matmul) and same(changed, changed_by_matmul)
     assert not same(with_table, changed)
+
+
+def _search_models() -> dict[str, nn.Module]:
+    """Every class search calls, and their int8 copies: one model of each family, an ensemble of them, a
+    shortlisted model, each as built and as `decode.precision: int8` copies it."""
+    models = {f"{f['decoder']}-{f['attention']}-{f['cell']}": random_model(**f) for f in FAMILIES}
+    first = next(iter(models.values()))
+    table = LexicalTable(
+        np.tile(np.arange(4, 12, dtype=np.int32), (VOCAB, 1)), np.arange(4, 8, dtype=np.int32)
+    )
+    models["ensemble"] = Ensemble(list(models.values()))
+    models["shortlisted"] = Shortlisted(first, table)
+    models |= {
+        f"int8 {name}": quantized(model) for name, model in list(models.items()) if name != "shortlisted"
+    }
+    models["int8 shortlisted"] = Shortlisted(quantized(first), table)
+    return models
+
+
+@pytest.mark.parametrize("name", list(_search_models()))
+def test_every_model_search_calls_answers_the_search_model_interface(name):
+    model = _search_models()[name]
+    assert isinstance(model, SearchModel)
+    for method in ("encode", "init_state", "step"):
+        expected = list(inspect.signature(getattr(SearchModel, method)).parameters)[1:]
+        assert list(inspect.signature(getattr(model, method)).parameters) == expected, method
+    sources = random_sources(3, seed=1)
+    src, lengths = pad_sources([sources], "cpu")
+    with torch.no_grad():
+        enc = model.encode(src, lengths)
+        state = model.init_state(enc)
+        assert isinstance(enc, Rows) and isinstance(state, Rows)
+        log_probs, state, weights = model.step(enc, state, torch.full((3,), BOS_ID))
+    assert log_probs.shape == (3, VOCAB) and weights.shape == (3, src.size(-1))
+    assert isinstance(state, Rows) and torch.isfinite(log_probs.logsumexp(-1)).all()
+    assert state.index_select(torch.tensor([2, 0])) is not None

@@ -34,8 +34,13 @@ Batch invariance: nothing in a sentence's search reads another sentence's rows: 
 stopping and scores are per row; padding is masked by the model. Within a sentence, ties in top-k are
 resolved by the values of that sentence's row alone.
 
-Ensembles (ensemble.py) are searched by this same code: an `Ensemble` answers `encode`, `init_state` and
-`step` as one model does. When its models read different source vocabularies, the source tensor holds
+The model: the search calls it only through `SearchModel` (below): `encode` once per batch, `init_state`,
+then `step` per output token, and `index_select` on what they return. `Seq2Seq` (model/seq2seq.py),
+`Ensemble` (ensemble.py) and `Shortlisted` (shortlist.py) answer it, and so do their int8 search copies
+(int8.py: the same classes with int8 layers); tests/test_search.py checks all of them against it.
+
+Ensembles are searched by this same code: an `Ensemble` answers `encode`, `init_state` and `step` as one
+model does. When its models read different source vocabularies, the source tensor holds
 each model's ids, (batch, models, src_len) (`translate_ids`'s `other_src_ids`), and the lengths that
 bound the search are the first model's.
 """
@@ -46,7 +51,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -63,6 +68,41 @@ NEG_INF = float("-inf")
 FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token
 TOPK_BLOCK = 32  # tokens per block in `top_candidates`
 RETRY_BEAM_LIMIT = 500  # GroundHog doubles the beam of a sentence with no translation while under this
+
+
+@runtime_checkable
+class Rows(Protocol):
+    """What a search model's encoder output and decoder state are to the search: rows (one per
+    hypothesis) it can take again in any order, repeat or drop."""
+
+    def index_select(self, index: Tensor) -> Any:
+        """A copy holding rows `index` (1-D) of every tensor."""
+        ...
+
+
+@runtime_checkable
+class SearchModel(Protocol):
+    """What beam search calls a model through (module docstring). `encode` and `init_state` return
+    `Rows`; `step` gives the log-probabilities of the next token (rows, vocab), the next state and the
+    attention weights (rows, src_len). `eval` and `train` set the mode (search runs in eval mode)."""
+
+    training: bool
+
+    def encode(self, src: Tensor, src_lengths: Tensor) -> Any:
+        """src (batch, src_len) ids, or (batch, models, src_len) for an ensemble; src_lengths (batch,)."""
+        ...
+
+    def init_state(self, enc: Any) -> Any:
+        """The decoder's first state, one row per sentence."""
+        ...
+
+    def step(self, enc: Any, state: Any, y_prev: Tensor) -> tuple[Tensor, Any, Tensor]:
+        """One output token for every row: y_prev (rows,) the previous tokens."""
+        ...
+
+    def eval(self) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
 
 
 @dataclass
@@ -151,7 +191,7 @@ class Candidates:
 
 @torch.no_grad()
 def beam_search(
-    model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
+    model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
 ) -> list[list[Hypothesis]]:
     """The `cfg.nbest` best hypotheses of each sentence, best first, in one search: a sentence with no
     hypothesis that ended within its length limit (only with `at_max_len: retry`) gets none.
@@ -181,7 +221,7 @@ def beam_search(
 
 
 def search_with_retries(
-    model, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
+    model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
 ) -> list[list[Hypothesis]]:
     """`beam_search`, then GroundHog's "dirty tricks to obtain any translation" (sample.py) for the
     sentences that found none: with `no_unk`, search them again with <unk> allowed at the same beam; with
@@ -210,7 +250,7 @@ def _retry_config(cfg: DecodeConfig) -> DecodeConfig | None:
 
 
 def start(
-    model,
+    model: SearchModel,
     src: Tensor,
     src_lengths: Tensor,
     k: int,
@@ -434,7 +474,7 @@ def _is_done(
 
 
 def translate_ids(
-    model,
+    model: SearchModel,
     src_ids: Sequence[Sequence[int]],
     decode_cfg: DecodeConfig,
     device: torch.device | str,
