@@ -344,3 +344,30 @@ def test_sacrebleu_detokenisation_warning_only_where_the_references_are_detokeni
         detokenised = bleu_metric([f"the word {i}." for i in range(120)]).corpus_score(hypotheses, None)
         assert "forgot to detokenize" in caplog.text
     assert tokenised.score == detokenised.score == pytest.approx(100.0)  # sacrebleu splits the period
+
+
+def test_a_metric_added_to_the_table_reaches_every_rendering(monkeypatch):
+    """The report's numbers come from one table (`report.METRICS`): one more entry is one more row field,
+    JSON key, table column (text, markdown, HTML) and CSV field, with no other edit."""
+    from seq2seq_attn.evaluation import by_length, html_report, report
+
+    words = report.Metric("hyp_words", "bleu", "sys_len", "hyp words", 0, kind=int, empty=0)
+    extended = (*report.METRICS[:4], words, *report.METRICS[4:])
+    monkeypatch.setattr(report, "METRICS", extended)
+    monkeypatch.setattr(by_length, "METRICS", extended)
+    result = two_system_report()
+    for system in result["systems"]:
+        for row in system["rows"]:
+            assert row["hyp_words"] == row["hyp_len"]
+            assert list(row).index("hyp_words") == list(row).index("ratio") + 1
+    text = render(result, "text")
+    header = next(line for line in text.splitlines() if line.startswith("system "))
+    assert header.split()[-3:] == ["ratio", "hyp", "words"]
+    total = by_label(result)["all"]["hyp_len"]
+    first = next(line for line in text.splitlines() if line.startswith("RNNsearch-50 "))
+    assert first.split()[-1] == str(total)
+    assert "| hyp words |" in render(result, "markdown")
+    csv_header = render(result, "csv").splitlines()[0].split(",")
+    assert csv_header[csv_header.index("ratio") + 1] == "hyp_words"
+    html = html_report.render_html(result)
+    assert "<th>hyp words</th>" in html

@@ -1,12 +1,24 @@
-"""Options that several verbs share, declared once: the trained model, the device, eval-section defaults."""
+"""Options that several verbs share, declared once: the trained model, the device, eval-section defaults,
+and the options made from a config section's keys (`config_options`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import enum
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 import typer
 
 from ..config import EvalConfig, TrainConfig, choices_enum
+from ..config.schema import field_types
+
+Command = TypeVar("Command", bound=Callable[..., Any])
 
 Device = choices_enum(TrainConfig, "device")
 
@@ -28,8 +40,8 @@ def models_option() -> Any:
     return typer.Option(..., "--model", "-m", help=help, show_default=False)
 
 
-def device_option() -> Any:
-    return typer.Option(Device.auto, "--device", help="auto uses CUDA when available.")
+def device_option(panel: str | None = None) -> Any:
+    return typer.Option(Device.auto, "--device", help="auto uses CUDA when available.", rich_help_panel=panel)
 
 
 def run_default_option(key: str, flag: str, help: str, **kwargs: Any) -> Any:
@@ -39,3 +51,102 @@ def run_default_option(key: str, flag: str, help: str, **kwargs: Any) -> Any:
     shown = ",".join(map(str, default)) if isinstance(default, list) else default
     help = f"{help} Default: the --model run's eval.{key}, else {shown}."
     return typer.Option(None, flag, help=help, show_default=False, **kwargs)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one config key shows as a command-line option, where the default does not do: the default
+    name is the key's (`--max-len-a` for `max_len_a`, `--compile/--no-compile` for a bool), in the
+    command's default panel of `--help`."""
+
+    name: str = ""  # e.g. "--beam"
+    negative: str = ""  # a bool's off switch, e.g. "--allow-unk"
+    short: str = ""  # a one-letter alias, e.g. "-b"
+    panel: str = ""  # the `--help` panel it is listed in
+
+
+def flag_name(key: str, flag: Flag | None = None) -> str:
+    return (flag and flag.name) or "--" + key.replace("_", "-")
+
+
+def config_options(
+    section: type, prefix: str, flags: Mapping[str, Flag], panel: str, panels: Sequence[str] = ()
+) -> Callable[[Command], Command]:
+    """A decorator that gives a typer command one option per key of config `section` (a schema
+    dataclass, named `prefix` in messages, e.g. "decode"): typed as the schema types it (its choices as an
+    Enum, a `path` key as a Path), its help the key's short help and name, in `panel` unless `flags` says
+    otherwise. Every option defaults to None, "not given". The command receives them in one keyword
+    argument, `overrides`: key -> the value given (plain str, int, float or bool), or None.
+
+    So a new key of the section is a new option of every such command with no other edit; `flags` only
+    renames an option or moves it to another panel. `--help` lists the options without a panel first,
+    then the panels in the order of `panels`."""
+
+    def decorate(command: Command) -> Command:
+        own = [  # typer passes every parameter by name
+            p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for p in inspect.signature(command).parameters.values()
+            if p.name != "overrides"
+        ]
+        made = [
+            _parameter(section, prefix, field, flags.get(field.name), panel)
+            for field in dataclasses.fields(section)
+        ]
+        clash = {p.name for p in own} & {p.name for p in made}
+        if clash:
+            raise TypeError(f"{command.__name__}: parameters named like {prefix} keys: {sorted(clash)}")
+
+        @functools.wraps(command)
+        def wrapper(**given: Any) -> Any:
+            overrides = {p.name: _plain(given.pop(p.name)) for p in made}
+            return command(overrides=overrides, **given)
+
+        rank = {name: i + 1 for i, name in enumerate(panels)}
+        ordered = sorted(
+            [*own, *made], key=lambda p: rank.get(getattr(p.default, "rich_help_panel", None), 0)
+        )
+        wrapper.__signature__ = inspect.Signature(ordered)  # what typer reads (`sorted` keeps ties in order)
+        wrapper.__annotations__ = {
+            **{name: kind for name, kind in command.__annotations__.items() if name != "overrides"},
+            **{p.name: p.annotation for p in made},
+        }
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def config_flag_names(section: type, prefix: str, flags: Mapping[str, Flag]) -> dict[str, str]:
+    """key -> the option that sets it, for error messages about a value given on the command line."""
+    return {field.name: flag_name(field.name, flags.get(field.name)) for field in dataclasses.fields(section)}
+
+
+def _parameter(
+    section: type, prefix: str, field: dataclasses.Field, flag: Flag | None, panel: str
+) -> inspect.Parameter:
+    key, kind = field.name, field_types(section)[field.name]
+    if "choices" in field.metadata:
+        kind = choices_enum(section, key)
+    elif field.metadata.get("path"):
+        kind = Path
+    name = flag_name(key, flag)
+    declared = [f"{name}/{(flag and flag.negative) or '--no-' + name[2:]}" if kind is bool else name]
+    if flag and flag.short:
+        declared.append(flag.short)
+    short_help = field.metadata["short"].rstrip(".")
+    option = typer.Option(
+        None,
+        *declared,
+        help=f"{short_help} ({prefix}.{key}).",
+        rich_help_panel=(flag and flag.panel) or panel,
+        show_default=False,
+    )
+    return inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind | None)
+
+
+def _plain(value: Any) -> Any:
+    """A typer value as the config holds it: an Enum's value, a Path as str."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    return value

@@ -1,78 +1,47 @@
 """`seq2seq translate`: raw text in, translations out, one line per line; `seq2seq average`: checkpoint means.
 
 Search settings default to the run's `decode` config section (the first run's, for an ensemble of
-several `--model` runs); each option overrides one key.
+several `--model` runs); every decode key is an option that overrides it, made from the schema
+(`options.config_options`: its type, choices and short help), so a new decode key needs no edit here.
 torch is imported inside the commands, so `seq2seq --help` and every other command start fast.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from ..config import DecodeConfig, choices_enum
+from ..config import DecodeConfig
 from ..console import info
 from ..errors import UserError
 from ..io import check_writable, open_binary
-from .options import Device, device_option, models_option
+from .options import Device, Flag, config_flag_names, config_options, device_option, models_option
 
-Precision = choices_enum(DecodeConfig, "precision")
-Penalty = choices_enum(DecodeConfig, "length_penalty")
-Stopping = choices_enum(DecodeConfig, "stopping")
-AtMaxLen = choices_enum(DecodeConfig, "at_max_len")
+SEARCH, SPEED, OUTPUT = "Search", "Speed", "Output"  # the panels of `translate --help`
 
-# The command-line option that overrides each decode key, for error messages.
-OPTIONS = {
-    "beam_size": "--beam",
-    "nbest": "--nbest",
-    "batch_tokens": "--batch-tokens",
-    "batch_sentences": "--batch-sentences",
-    "precision": "--precision",
-    "compile": "--compile",
-    "replace_unk": "--replace-unk",
-    "unk_dictionary": "--dictionary",
-    "length_penalty": "--length-penalty",
-    "alpha": "--alpha",
-    "max_len_a": "--max-len-a",
-    "max_len_b": "--max-len-b",
-    "min_len": "--min-len",
-    "min_len_a": "--min-len-a",
-    "no_repeat_ngram": "--no-repeat-ngram",
-    "stopping": "--stopping",
-    "at_max_len": "--at-max-len",
-    "no_unk": "--no-unk",
-    "max_src_tokens": "--max-src-tokens",
-    "lexical_shortlist": "--lexical-shortlist",
+# The decode keys whose option is not named after the key, or is not a search setting; every other decode
+# key is an option `--key-name` in the Search panel (options.config_options).
+DECODE_FLAGS = {
+    "beam_size": Flag("--beam"),
+    "nbest": Flag(panel=OUTPUT),
+    "batch_tokens": Flag(panel=SPEED),
+    "batch_sentences": Flag(panel=SPEED),
+    "precision": Flag(panel=SPEED),
+    "compile": Flag(panel=SPEED),
+    "lexical_shortlist": Flag(negative="--full-vocabulary", panel=SPEED),
+    "max_src_tokens": Flag(panel=SPEED),
+    "no_unk": Flag(negative="--allow-unk"),
+    "replace_unk": Flag(panel=OUTPUT),
+    "unk_dictionary": Flag("--dictionary", panel=OUTPUT),
 }
+OPTIONS = config_flag_names(DecodeConfig, "decode", DECODE_FLAGS)  # key -> option, for error messages
 
-
-HELP = {
-    "nbest": "Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text (decode.nbest).",
-    "batch_tokens": "Padded source tokens per search batch (decode.batch_tokens).",
-    "batch_sentences": "At most this many sentences per search batch, 0: no limit (decode.batch_sentences).",
-    "precision": "auto: bf16 on GPU, fp32 on CPU; bf16 pays on some CPUs only; int8: CPU search with int8 "
-    "weights (decode.precision).",
-    "attention": "Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
-    "replace_unk": "Replace each <unk> by the most attended source word (decode.replace_unk).",
-    "compile": "Run the additive attention through torch.compile: faster beam search after seconds of "
-    "compiling; greedy never compiles (decode.compile).",
-    "dictionary": "TSV source word<TAB>target word; implies --replace-unk (decode.unk_dictionary).",
-    "length_penalty": "Score normalisation (decode.length_penalty).",
-    "max_len_a": "At most a * source length + b output tokens (decode.max_len_a).",
-    "no_repeat_ngram": "Forbid repeating any n-gram of this size, 0 off (decode.no_repeat_ngram).",
-    "stopping": "bound: stop a sentence once no open hypothesis can win; top: once a step's best candidate "
-    "is EOS, as OpenNMT-py and JoeyNMT (faster, may miss a better hypothesis) (decode.stopping).",
-    "at_max_len": "force_eos: EOS is forced at the maximum length; retry: unfinished hypotheses are dropped "
-    "there and a sentence with none ended is searched again with a doubled beam, as GroundHog "
-    "(decode.at_max_len).",
-    "no_unk": "Never generate <unk>; a sentence with no translation without it is searched again with it "
-    "(decode.no_unk).",
-    "max_src_tokens": "Longer sources are cut to this many pieces (bounds time and memory) "
-    "(decode.max_src_tokens).",
-    "output_average": "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder "
-    "so `translate --model` finds the run's vocabulary.",
-}
+OUTPUT_AVERAGE_HELP = (
+    "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder so `translate "
+    "--model` finds the run's vocabulary."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -80,47 +49,29 @@ def register(app: typer.Typer) -> None:
     app.command("average")(average_command)
 
 
+@config_options(DecodeConfig, "decode", DECODE_FLAGS, panel=SEARCH, panels=(SEARCH, SPEED, OUTPUT))
 def translate_command(
     model: list[Path] = models_option(),
     input_path: str = typer.Option(
-        "-", "--input", "-i", help="Source text (.gz read directly); - for stdin."
+        "-", "--input", "-i", help="Source text (.gz read directly); - for stdin.", rich_help_panel=OUTPUT
     ),
-    output_path: str = typer.Option("-", "--output", "-o", help="Output, written atomically; - for stdout."),
-    beam: int | None = typer.Option(None, "--beam", help="Beam width, 1 for greedy (decode.beam_size)."),
-    nbest: int | None = typer.Option(None, "--nbest", help=HELP["nbest"]),
-    batch_tokens: int | None = typer.Option(None, "--batch-tokens", help=HELP["batch_tokens"]),
-    batch_sentences: int | None = typer.Option(None, "--batch-sentences", help=HELP["batch_sentences"]),
-    device: Device = device_option(),
-    precision: Precision | None = typer.Option(None, "--precision", help=HELP["precision"]),
-    compile_attention: bool | None = typer.Option(None, "--compile/--no-compile", help=HELP["compile"]),
-    scores: bool = typer.Option(False, "--scores", help="Write score<TAB>translation (normalised score)."),
-    attention: Path | None = typer.Option(None, "--attention", help=HELP["attention"]),
-    replace_unk: bool | None = typer.Option(None, "--replace-unk/--no-replace-unk", help=HELP["replace_unk"]),
-    dictionary: Path | None = typer.Option(None, "--dictionary", help=HELP["dictionary"]),
+    output_path: str = typer.Option(
+        "-", "--output", "-o", help="Output, written atomically; - for stdout.", rich_help_panel=OUTPUT
+    ),
+    device: Device = device_option(panel=SPEED),
+    scores: bool = typer.Option(
+        False, "--scores", help="Write score<TAB>translation (normalised score).", rich_help_panel=OUTPUT
+    ),
+    attention: Path | None = typer.Option(
+        None,
+        "--attention",
+        help="Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
+        rich_help_panel=OUTPUT,
+    ),
     average: int = typer.Option(
         0, "--average", help="Average the last K step-N.pt checkpoints of the run (of each run)."
     ),
-    length_penalty: Penalty | None = typer.Option(None, "--length-penalty", help=HELP["length_penalty"]),
-    alpha: float | None = typer.Option(None, "--alpha", help="GNMT length-penalty exponent (decode.alpha)."),
-    max_len_a: float | None = typer.Option(None, "--max-len-a", help=HELP["max_len_a"]),
-    max_len_b: int | None = typer.Option(None, "--max-len-b", help="See --max-len-a (decode.max_len_b)."),
-    min_len: int | None = typer.Option(
-        None, "--min-len", help="No EOS before this many tokens (decode.min_len)."
-    ),
-    min_len_a: float | None = typer.Option(
-        None, "--min-len-a", help="No EOS before ceil(a * source length) tokens (decode.min_len_a)."
-    ),
-    no_repeat_ngram: int | None = typer.Option(None, "--no-repeat-ngram", help=HELP["no_repeat_ngram"]),
-    stopping: Stopping | None = typer.Option(None, "--stopping", help=HELP["stopping"]),
-    at_max_len: AtMaxLen | None = typer.Option(None, "--at-max-len", help=HELP["at_max_len"]),
-    no_unk: bool | None = typer.Option(None, "--no-unk/--allow-unk", help=HELP["no_unk"]),
-    max_src_tokens: int | None = typer.Option(None, "--max-src-tokens", help=HELP["max_src_tokens"]),
-    lexical_shortlist: bool | None = typer.Option(
-        None,
-        "--lexical-shortlist/--full-vocabulary",
-        help="Score only each sentence's lexical candidates (`seq2seq lexical-shortlist RUN` builds them): "
-        "faster, approximate (decode.lexical_shortlist).",
-    ),
+    overrides: dict[str, Any] | None = None,
 ) -> None:
     """Translate raw text with a trained run, or the ensemble of several: one output line per input line,
     in order."""
@@ -134,28 +85,9 @@ def translate_command(
     from ..decoding.translate import translate_file
     from ..model.device import resolve_device
 
-    given = {
-        "beam_size": beam,
-        "nbest": nbest,
-        "batch_tokens": batch_tokens,
-        "batch_sentences": batch_sentences,
-        "precision": precision.value if precision else None,
-        "compile": compile_attention,
-        "replace_unk": True if dictionary and replace_unk is None else replace_unk,
-        "unk_dictionary": str(dictionary) if dictionary else None,
-        "length_penalty": length_penalty.value if length_penalty else None,
-        "alpha": alpha,
-        "max_len_a": max_len_a,
-        "max_len_b": max_len_b,
-        "min_len": min_len,
-        "min_len_a": min_len_a,
-        "no_repeat_ngram": no_repeat_ngram,
-        "stopping": stopping.value if stopping else None,
-        "at_max_len": at_max_len.value if at_max_len else None,
-        "no_unk": no_unk,
-        "max_src_tokens": max_src_tokens,
-        "lexical_shortlist": lexical_shortlist,
-    }
+    given = dict(overrides or {})
+    if given["unk_dictionary"] and given["replace_unk"] is None:
+        given["replace_unk"] = True  # a dictionary is for UNK replacement
     target = resolve_device(device.value, "--device")
     translator = load_translator(model, target, given, average=average, names=OPTIONS)
 
@@ -173,7 +105,7 @@ def average_command(
         ..., help="A run directory (with --last) or checkpoint files.", show_default=False
     ),
     last: int = typer.Option(0, "--last", help="With a run directory: average its last K step-N.pt files."),
-    output: Path = typer.Option(..., "--output", "-o", help=HELP["output_average"], show_default=False),
+    output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_AVERAGE_HELP, show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
     from ..decoding.average import average_checkpoints

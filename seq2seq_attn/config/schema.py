@@ -18,11 +18,14 @@ from ..errors import UserError
 from .constants import SPLITS
 
 
-def option(default: Any, doc: str, **rules: Any) -> Any:
-    """A documented config key. `rules`: choices=[...], ge=, gt=, le=, path=True (resolved vs. config)."""
+def option(default: Any, doc: str, *, short: str = "", **rules: Any) -> Any:
+    """A documented config key. `doc` is its full meaning (docs/config.md); `short`, one line for a
+    command-line option's `--help` where the key is one (default: `doc`). `rules`: choices=[...], ge=,
+    gt=, le=, path=True (resolved vs. config)."""
+    metadata = {"doc": doc, "short": short or doc, **rules}
     if isinstance(default, list):
-        return dataclasses.field(default_factory=lambda: list(default), metadata={"doc": doc, **rules})
-    return dataclasses.field(default=default, metadata={"doc": doc, **rules})
+        return dataclasses.field(default_factory=lambda: list(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def section(cls: type, doc: str) -> Any:
@@ -359,20 +362,41 @@ class TrainConfig:
 class DecodeConfig:
     """Beam search settings used by validation, `translate` and `eval --model`."""
 
-    beam_size: int = option(5, "Beam width (1: greedy).", ge=1)
-    nbest: int = option(1, "Hypotheses returned per sentence.", ge=1)
-    length_penalty: str = option(
-        "gnmt", "Length normalisation of scores.", choices=["none", "average", "gnmt"]
+    beam_size: int = option(5, "Beam width (1: greedy).", ge=1, short="Beam width, 1 for greedy.")
+    nbest: int = option(
+        1,
+        "Hypotheses returned per sentence.",
+        ge=1,
+        short="Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text.",
     )
-    alpha: float = option(0.6, "GNMT length-penalty exponent alpha.", ge=0)
-    max_len_a: float = option(1.5, "Maximum output length is a*src_len + b (tokens).", ge=0)
-    max_len_b: int = option(10, "See max_len_a.", ge=1)
-    min_len: int = option(0, "Minimum output length in tokens before EOS is allowed.", ge=0)
+    length_penalty: str = option(
+        "gnmt",
+        "Length normalisation of scores.",
+        choices=["none", "average", "gnmt"],
+        short="Score normalisation.",
+    )
+    alpha: float = option(
+        0.6, "GNMT length-penalty exponent alpha.", ge=0, short="GNMT length-penalty exponent."
+    )
+    max_len_a: float = option(
+        1.5,
+        "Maximum output length is a*src_len + b (tokens).",
+        ge=0,
+        short="At most a * source length + b output tokens.",
+    )
+    max_len_b: int = option(10, "See max_len_a.", ge=1, short="See --max-len-a.")
+    min_len: int = option(
+        0,
+        "Minimum output length in tokens before EOS is allowed.",
+        ge=0,
+        short="No EOS before this many tokens.",
+    )
     min_len_a: float = option(
         0.0,
         "Minimum output length relative to the source: EOS is forbidden before ceil(a * src_len) tokens "
         "(the larger of this and min_len applies; the RNNsearch authors' beam search: 0.5).",
         ge=0,
+        short="No EOS before ceil(a * source length) tokens.",
     )
     at_max_len: str = option(
         "force_eos",
@@ -380,13 +404,24 @@ class DecodeConfig:
         "search. retry (the RNNsearch authors' GroundHog): the open hypotheses are dropped, and a sentence "
         "none of whose hypotheses ended is searched again with a doubled beam while the beam is under 500.",
         choices=["force_eos", "retry"],
+        short=(
+            "force_eos: EOS is forced at the maximum length; retry: unfinished hypotheses are "
+            "dropped there and a sentence with none ended is searched again with a doubled beam, "
+            "as GroundHog."
+        ),
     )
     no_unk: bool = option(
         False,
         "Never generate <unk> (Bahdanau et al. 2014, Table 1's no-UNK column); a sentence that finds no "
         "translation without it is searched again with it, at the same beam (GroundHog).",
+        short="Never generate <unk>; a sentence with no translation without it is searched again with it.",
     )
-    no_repeat_ngram: int = option(0, "Forbid repeating any n-gram of this size (0: off).", ge=0)
+    no_repeat_ngram: int = option(
+        0,
+        "Forbid repeating any n-gram of this size (0: off).",
+        ge=0,
+        short="Forbid repeating any n-gram of this size, 0 off.",
+    )
     stopping: str = option(
         "bound",
         "When a sentence's search ends besides running out of open hypotheses or reaching the maximum "
@@ -395,24 +430,36 @@ class DecodeConfig:
         "hypotheses have ended (OpenNMT-py's and JoeyNMT's rule): fewer steps, but a longer hypothesis that "
         "would have scored better can be missed.",
         choices=["bound", "top"],
+        short=(
+            "bound: stop a sentence once no open hypothesis can win; top: once a step's best "
+            "candidate is EOS, as OpenNMT-py and JoeyNMT (faster, may miss a better hypothesis)."
+        ),
     )
-    batch_tokens: int = option(4000, "Source tokens per decoding batch.", ge=1)
+    batch_tokens: int = option(
+        4000, "Source tokens per decoding batch.", ge=1, short="Padded source tokens per search batch."
+    )
     batch_sentences: int = option(
         0,
         "At most this many sentences per decoding batch (0: no limit, batch_tokens alone cuts). With a large "
         "batch_tokens, batches of this many sentences, as OpenNMT-py's -batch_type sents.",
         ge=0,
+        short="At most this many sentences per search batch, 0: no limit.",
     )
     lexical_shortlist: bool = option(
         False,
         "Score only each sentence's lexical candidates (the run's lexical_shortlist.npz, built by "
         "`seq2seq lexical-shortlist RUN`): a faster output layer, an approximate search.",
+        short=(
+            "Score only each sentence's lexical candidates (`seq2seq lexical-shortlist RUN` "
+            "builds them): faster, approximate."
+        ),
     )
     max_src_tokens: int = option(
         256,
         "translate and eval --model cut longer sources to this many pieces: search time and memory grow "
         "with the source length.",
         ge=1,
+        short="Longer sources are cut to this many pieces (bounds time and memory).",
     )
     precision: str = option(
         "auto",
@@ -421,16 +468,30 @@ class DecodeConfig:
         "search only: translate, eval, the Python API) runs the decoder's products with int8 weights, one "
         "scale per row (docs/performance.md).",
         choices=["auto", "fp32", "bf16", "int8"],
+        short=(
+            "auto: bf16 on GPU, fp32 on CPU; bf16 pays on some CPUs only; int8: CPU search with int8 weights."
+        ),
     )
     compile: bool = option(
         False,
         "Run the additive attention's per-step work through torch.compile in `translate` and `eval` "
         "beam search (see train.compile): faster on long inputs after seconds of compiling; greedy search "
         "gains nothing and never compiles.",
+        short=(
+            "Run the additive attention through torch.compile: faster beam search after seconds "
+            "of compiling; greedy never compiles."
+        ),
     )
-    replace_unk: bool = option(False, "Replace <unk> by the most attended source word (word vocabularies).")
+    replace_unk: bool = option(
+        False,
+        "Replace <unk> by the most attended source word (word vocabularies).",
+        short="Replace each <unk> by the most attended source word.",
+    )
     unk_dictionary: str = option(
-        "", "Optional source->target word dictionary for replace_unk (TSV).", path=True
+        "",
+        "Optional source->target word dictionary for replace_unk (TSV).",
+        path=True,
+        short="TSV source word<TAB>target word; implies --replace-unk.",
     )
 
     def check(self, where: str) -> None:

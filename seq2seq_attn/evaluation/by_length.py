@@ -58,7 +58,7 @@ from .bootstrap import (
     randomization_p,
     sentence_stats,
 )
-from .report import length_unit, moses_lang_of, words_label
+from .report import INTERVAL, METRICS, length_unit, moses_lang_of, words_label
 
 if TYPE_CHECKING:
     from ..vocab.pieces import Vocab
@@ -275,35 +275,20 @@ def score_row(
     interval: tuple[float | None, float | None],
     min_bucket_size: int,
 ) -> dict[str, Any]:
-    """One report row: sacrebleu's corpus scores of exactly these sentences (`stats`: their rows)."""
+    """One report row: sacrebleu's corpus scores of exactly these sentences (`stats`: their rows), one
+    field per metric of the report's table (`report.METRICS`)."""
     count = len(stats["bleu"])
-    row: dict[str, Any] = {
-        "subset": subset,
-        "bucket": bucket,
-        "count": count,
-        "bleu": None,
-        "ci_low": interval[0],
-        "ci_high": interval[1],
-        "chrf": None,
-        "bp": None,
-        "ratio": None,
-        "hyp_len": 0,
-        "ref_len": 0,
-        "bleu_moses": None,
-        "few": count < min_bucket_size,
-    }
+    row: dict[str, Any] = {"subset": subset, "bucket": bucket, "count": count}
+    for metric in METRICS:
+        row[metric.key] = metric.empty
+        if metric.interval:
+            row.update(zip(INTERVAL, interval, strict=True))
+    row["few"] = count < min_bucket_size
     if count:
-        bleu = scorers.score("bleu", stats["bleu"])
-        row.update(
-            bleu=float(bleu.score),
-            chrf=float(scorers.score("chrf", stats["chrf"]).score),
-            bp=float(bleu.bp),
-            ratio=float(bleu.ratio),
-            hyp_len=int(bleu.sys_len),
-            ref_len=int(bleu.ref_len),
-        )
-        if "bleu_moses" in stats:
-            row["bleu_moses"] = float(scorers.score("bleu_moses", stats["bleu_moses"]).score)
+        scores = {name: scorers.score(name, rows) for name, rows in stats.items()}
+        for metric in METRICS:
+            if metric.scorer in scores:
+                row[metric.key] = metric.kind(getattr(scores[metric.scorer], metric.attribute))
     return row
 
 

@@ -14,8 +14,58 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-SCORE_COLUMNS = ("system", "bucket", "count", "BLEU", "95% CI", "chrF", "BP", "ratio")
-MOSES_COLUMN = "BLEU-moses"  # BLEU on Moses-tokenised text, as multi-bleu.perl computed it
+
+@dataclass(frozen=True)
+class Metric:
+    """One number of a report row, as sacrebleu computes it: the row's key (also its JSON and CSV field);
+    which of the scorers (`by_length.Scorers`) computes it and the attribute of that scorer's result that
+    holds it; its column in the text, markdown and HTML tables ("": JSON and CSV only) and digits there;
+    `empty`, its value in a bucket without sentences. `interval`: the bootstrap interval (`ci_low`,
+    `ci_high`) follows it. `optional`: computed only when asked for; its column shows only in reports
+    that have its scorer."""
+
+    key: str
+    scorer: str
+    attribute: str
+    header: str = ""
+    digits: int = 2
+    kind: type = float
+    empty: Any = None
+    interval: bool = False
+    optional: bool = False
+
+
+# The report's numbers, in the order of a row, its JSON and its tables: a new metric is one entry here
+# (and its scorer in by_length.Scorers, when sacrebleu computes it in a new way).
+METRICS = (
+    Metric("bleu", "bleu", "score", "BLEU", 2, interval=True),
+    Metric("chrf", "chrf", "score", "chrF", 2),
+    Metric("bp", "bleu", "bp", "BP", 3),
+    Metric("ratio", "bleu", "ratio", "ratio", 3),
+    Metric("hyp_len", "bleu", "sys_len", kind=int, empty=0),
+    Metric("ref_len", "bleu", "ref_len", kind=int, empty=0),
+    # BLEU on Moses-tokenised text, as multi-bleu.perl computed it
+    Metric("bleu_moses", "bleu_moses", "score", "BLEU-moses", 2, optional=True),
+)
+INTERVAL = ("ci_low", "ci_high")  # the bootstrap interval's fields, after its metric's
+INTERVAL_COLUMN = "95% CI"
+MOSES_COLUMN = next(metric.header for metric in METRICS if metric.scorer == "bleu_moses")
+
+
+def metric_fields(optional: bool) -> tuple[str, ...]:
+    """The row fields of the required metrics, or of the optional ones, in order, intervals included."""
+    return tuple(
+        field
+        for metric in METRICS
+        if metric.optional == optional
+        for field in (metric.key, *(INTERVAL if metric.interval else ()))
+    )
+
+
+def shown_metrics(report: dict[str, Any]) -> list[Metric]:
+    """The metrics with a table column in this report: every required one, the optional ones it has."""
+    signatures = report["signatures"]
+    return [m for m in METRICS if m.header and (not m.optional or signatures.get(m.scorer) is not None)]
 
 
 @dataclass(frozen=True)
@@ -68,26 +118,24 @@ def bucket_rows(system: dict[str, Any], subset: str = "all") -> dict[str, dict[s
 
 
 def score_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
-    """BLEU, its interval, chrF, BP and length ratio per system and bucket ("all" first) of one subset;
-    '*' marks a count below the minimum."""
-    moses = report["signatures"]["bleu_moses"] is not None
+    """The metrics with a column (BLEU and its interval, chrF, BP, length ratio, ...) per system and
+    bucket ("all" first) of one subset; '*' marks a count below the minimum."""
+    shown = shown_metrics(report)
+    columns = ["system", "bucket", "count"]
+    for metric in shown:
+        columns += [metric.header, *([INTERVAL_COLUMN] if metric.interval else [])]
     rows = []
     for label, row in subset_rows(report, subset["name"]):
-        cells = [
-            label,
-            row["bucket"],
-            f"{row['count']}{'*' if row['few'] else ''}",
-            _number(row["bleu"], 2),
-            _interval(row["ci_low"], row["ci_high"]),
-            _number(row["chrf"], 2),
-            _number(row["bp"], 3),
-            _number(row["ratio"], 3),
-        ]
-        rows.append(cells + ([_number(row["bleu_moses"], 2)] if moses else []))
+        cells = [label, row["bucket"], f"{row['count']}{'*' if row['few'] else ''}"]
+        for metric in shown:
+            cells.append(_number(row[metric.key], metric.digits))
+            if metric.interval:
+                cells.append(_interval(*(row[field] for field in INTERVAL)))
+        rows.append(cells)
     title = (
         "" if subset["name"] == "all" else f"{subset['name']}: {subset['sentences']} {subset['definition']}"
     )
-    return Table(title, SCORE_COLUMNS + ((MOSES_COLUMN,) if moses else ()), rows, left=2)
+    return Table(title, tuple(columns), rows, left=2)
 
 
 COMPARISON_COLUMNS = ("system", "baseline", "bucket", "count", "delta BLEU", "95% CI", "p-value", "p<0.05")
@@ -194,36 +242,32 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join([*lines, *(line for block in blocks for line in ["", *block])]) + "\n"
 
 
-CSV_FIELDS = (
-    "system",
-    "bucket",
-    "low",
-    "high",
-    "count",
-    "bleu",
-    "ci_low",
-    "ci_high",
-    "chrf",
-    "bp",
-    "ratio",
-    "hyp_len",
-    "ref_len",
-    "few",
-    "subset",
-    "bleu_moses",
-    "baseline",
-    "delta",
-    "delta_low",
-    "delta_high",
-    "p_value",
-    "significant",
-)
+def csv_fields() -> tuple[str, ...]:
+    """The CSV header: where a row sits, its metrics (the optional ones after `subset`), then the fields
+    of a paired difference."""
+    return (
+        "system",
+        "bucket",
+        "low",
+        "high",
+        "count",
+        *metric_fields(optional=False),
+        "few",
+        "subset",
+        *metric_fields(optional=True),
+        "baseline",
+        "delta",
+        "delta_low",
+        "delta_high",
+        "p_value",
+        "significant",
+    )
 
 
 def render_csv(report: dict[str, Any]) -> str:
     bounds = {bucket["label"]: bucket for bucket in report["buckets"]}
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=csv_fields(), lineterminator="\n")
     writer.writeheader()
     for system in report["systems"]:
         for row in system["rows"]:

@@ -1,0 +1,172 @@
+"""The product's surfaces: every command's options and the Python API's names stay as documented, and
+a decode key added to the schema alone becomes a `translate` option."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import typer
+
+import seq2seq_attn
+from seq2seq_attn.cli import app
+
+EXPECTED_OPTIONS = {
+    "align": [
+        "--buckets",
+        "--by-length",
+        "--device",
+        "--gold",
+        "--gold-format",
+        "--heatmaps",
+        "--json",
+        "--method",
+        "--model -m",
+        "--one-indexed",
+        "--ref",
+        "--sentences",
+        "--src",
+        "--threshold",
+    ],
+    "average": ["--last", "--output -o", "<paths>"],
+    "config": ["--format", "--keys", "--set", "<config>"],
+    "data prepare": ["--force", "--set", "<config>"],
+    "eval": [
+        "--alignment",
+        "--baseline",
+        "--bootstrap",
+        "--bucket-by",
+        "--buckets",
+        "--by-length",
+        "--ensemble",
+        "--format",
+        "--html",
+        "--hyp",
+        "--label",
+        "--min-bucket-size",
+        "--model",
+        "--moses-bleu",
+        "--output -o",
+        "--plot",
+        "--ref",
+        "--seed",
+        "--significance",
+        "--src",
+        "--words",
+        "--words-lang",
+    ],
+    "lexical-shortlist": ["--device", "--frequent", "--sentences", "--top-k", "<run>"],
+    "model-info": ["--set", "--src-vocab", "--tgt-vocab", "<config>"],
+    "plot curve": ["--output -o", "<reports>"],
+    "plot training": ["--output -o", "<run_dir>"],
+    "score": [
+        "--alpha",
+        "--best",
+        "--device",
+        "--format",
+        "--length-penalty",
+        "--model -m",
+        "--nbest",
+        "--output -o",
+        "--pieces",
+        "--report",
+        "--src",
+        "--tgt",
+        "--weights",
+    ],
+    "train": ["--dry-run", "--resume", "--set", "<config>"],
+    "translate": [
+        "--allow-unk --no-unk",
+        "--alpha",
+        "--at-max-len",
+        "--attention",
+        "--average",
+        "--batch-sentences",
+        "--batch-tokens",
+        "--beam",
+        "--compile --no-compile",
+        "--device",
+        "--dictionary",
+        "--full-vocabulary --lexical-shortlist",
+        "--input -i",
+        "--length-penalty",
+        "--max-len-a",
+        "--max-len-b",
+        "--max-src-tokens",
+        "--min-len",
+        "--min-len-a",
+        "--model -m",
+        "--nbest",
+        "--no-repeat-ngram",
+        "--no-replace-unk --replace-unk",
+        "--output -o",
+        "--precision",
+        "--scores",
+        "--stopping",
+    ],
+    "vocab": ["--force", "--set", "<config>"],
+}
+API = ["Attention", "Candidate", "Model", "Score", "UserError", "__version__", "load"]
+
+
+def options_of(command) -> dict[str, list[str]]:
+    """verb (subcommands joined by a space) -> its sorted options (aliases joined) and <arguments>."""
+    if hasattr(command, "commands"):
+        found = {}
+        for name, sub in command.commands.items():
+            found |= {f"{name} {verb}".strip(): options for verb, options in options_of(sub).items()}
+        return found
+    return {
+        "": sorted(
+            " ".join(sorted(p.opts + p.secondary_opts)) if p.param_type_name == "option" else f"<{p.name}>"
+            for p in command.params
+            if "--help" not in p.opts
+        )
+    }
+
+
+def test_every_command_keeps_its_options():
+    assert options_of(typer.main.get_command(app)) == EXPECTED_OPTIONS
+
+
+def test_the_python_api_keeps_its_names_and_signatures():
+    assert sorted(seq2seq_attn.__all__) == API
+    assert all(getattr(seq2seq_attn, name) is not None for name in API)
+    load = inspect.signature(seq2seq_attn.load)
+    assert list(load.parameters) == ["model", "device", "threads", "decode"]
+    model_methods = {"attention", "decode", "nbest", "perplexity", "score", "translate", "translate_one"}
+    assert model_methods <= set(dir(seq2seq_attn.Model))
+
+
+def test_a_decode_key_added_to_the_schema_alone_is_a_translate_option():
+    # a new key on the schema's DecodeConfig, before the command line is built: nothing else changes
+    code = textwrap.dedent(
+        """
+        import dataclasses
+        import seq2seq_attn.config as config
+        from seq2seq_attn.config import schema
+
+        key = ("throwaway_weight", float, schema.option(0.5, "A long text.", short="A throwaway key.", ge=0))
+        extended = dataclasses.make_dataclass("DecodeConfig", [key], bases=(schema.DecodeConfig,))
+        schema.DecodeConfig = config.DecodeConfig = extended
+
+        from seq2seq_attn.cli import main, translate
+        print(translate.OPTIONS["throwaway_weight"])
+        main()
+        """
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, "translate", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("--throwaway-weight\n")
+    line = next(line for line in result.stdout.splitlines()[1:] if "--throwaway-weight" in line)
+    assert "<float>" in line and "A throwaway key (decode.throwaway_weight)." in line
