@@ -16,23 +16,10 @@ from helpers import TRAINABLE, make_run_dir, tiny_config, write_corpus, write_ti
 from seq2seq_attn.config import load_config
 from seq2seq_attn.training import train as train_module
 
-# Rough seconds of the longest tests on two busy cores; the torch.compile tests (`compile` in their name) go
-# to one worker together, where the compiler starts once and its kernels are cached.
-LONGEST = {
-    "test_demo.py::test_small_demo_shows_attention_holding_up_on_long_sentences": 60,
-    "test_own_corpus.py::test_make_reproduce_local_on_your_corpus": 25,  # each of its two corpora
-    "test_own_corpus.py::test_readme_walkthrough_runs_as_written": 14,
-    "test_gpu_check.py::test_quick_cpu_check_runs_every_stage_and_summarises_it": 60,
-    "test_fault_injection.py::test_sigkill_during_checkpoint_writes_loses_nothing": 35,
-    "test_train.py::test_sigkill_then_resume_is_bit_identical": 30,
-    "test_bench.py::test_our_side_end_to_end_on_a_tiny_corpus": 25,
-    "test_locks.py::test_a_killed_trainer_leaves_no_lock_and_resumes_exactly": 14,
-    "test_train.py::test_ddp_gloo": 12,
-    "test_train.py::test_ddp_ranks_stop_together_when_one_rank_is_signalled": 12,
-    "test_locks.py::test_readers_load_a_run_while_it_writes_checkpoints": 12,
-    "test_locks.py::test_a_second_trainer_is_refused_and_the_first_ends_intact": 10,
-    "test_cuda.py::test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis": 9,
-}
+# The schedule's costs: a test marked `slow(seconds=N)` takes about N seconds on two busy cores (the cost
+# is written on the test itself, so it moves with it); any other slow test about OTHER_SLOW_S. The
+# torch.compile tests (`compile` in their name) go to one worker together, where the compiler starts once
+# and its kernels are cached.
 COMPILE_GROUP_S = 60  # all of them, with a cold compiler cache
 OTHER_SLOW_S = 3  # any other test marked slow
 
@@ -62,8 +49,8 @@ def order_for_workers(items: list[pytest.Item], workers: int) -> list[pytest.Ite
     """
 
     def cost(item: pytest.Item) -> float:
-        name = f"{item.path.name}::{item.originalname}"
-        return LONGEST.get(name, OTHER_SLOW_S if item.get_closest_marker("slow") else 0.0)
+        slow = item.get_closest_marker("slow")
+        return 0.0 if slow is None else float(slow.kwargs.get("seconds", OTHER_SLOW_S))
 
     compiled = [item for item in items if "compile" in item.originalname]
     units = [([item], cost(item)) for item in items if item not in compiled and cost(item) > 0]

@@ -711,7 +711,7 @@ def test_a_peer_not_installed_with_no_install_says_how_to_install_it(tmp_path):
 # ours, end to end
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=25)
 def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     corpus = tmp_path / "corpus"
     write_corpus(corpus, n=120)

@@ -64,8 +64,8 @@ def test_fused_recurrences_on_cuda_are_as_accurate_as_autograd(decoder, attentio
 
 @pytest.mark.cuda
 def test_the_training_loss_needs_no_host_sync_on_cuda() -> None:
-    """A training update reads nothing back from the GPU until its logging interval (train.py): the loss
-    selects its real targets from the count the batch carries, not with `nonzero`."""
+    """A training update reads nothing back from the GPU until its logging interval (training/train.py):
+    the loss selects its real targets from the count the batch carries, not with `nonzero`."""
     model = tiny_model().cuda().train()
     src, lengths, tgt = batch()
     src, lengths, tgt = src.cuda(), lengths.cuda(), tgt.cuda()
@@ -177,7 +177,7 @@ def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=9)
 def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis(tmp_path):
     """Only `data.source: huggingface` needs `datasets`, and it says so in one line; everything else, and
     this file's tests, import and run without it (and without hypothesis, a test dependency)."""

@@ -1,4 +1,5 @@
-"""Ensemble decoding (ensemble.py): one beam search over the mean of several models' log-probabilities.
+"""Ensemble decoding (decoding/ensemble.py): one beam search over the mean of several models'
+log-probabilities.
 
 An ensemble of one model, or of a model with itself, is that model (token for token, score for score, in
 the library and on the command line); a step is the mean of the models' own steps; architectures and

@@ -19,7 +19,7 @@ def gpu_check(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
     return subprocess.run([str(SCRIPT), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)
 def test_quick_cpu_check_runs_every_stage_and_summarises_it(tmp_path):
     out = tmp_path / "check"
     result = gpu_check(str(out), "--device", "cpu", "--quick", "--work", str(tmp_path / "work"))

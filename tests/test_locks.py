@@ -1,4 +1,4 @@
-"""One writer per run and data folder (lock.py), readers beside a training run, and the empty config.
+"""One writer per run and data folder (io.py), readers beside a training run, and the empty config.
 
 Concurrency is tested with real processes. A writer is caught while it holds its lock and frozen there
 with SIGSTOP, so that the second writer meets the lock for certain; then it is let go and must end intact.
@@ -96,7 +96,7 @@ def assert_refused(result: subprocess.CompletedProcess, folder: Path, holder: in
     assert_one_line_error(result, f"{folder}: in use by another writer, PID {holder} on host")
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=10)
 def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_path):
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
     shutil.copytree(prepared, folder)
@@ -116,7 +116,7 @@ def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_pat
     assert not (run / LOCK_FILE).exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=14)
 def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path):
     settings = [
         *("--set", "train.max_steps=20", "--set", "train.checkpoint_every=3"),
@@ -171,7 +171,7 @@ def test_the_data_lock_is_taken_only_to_write(tmp_path):
     assert not (tmp_path / "data" / LOCK_FILE).exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=12)
 def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):
     """best.pt is repointed and best-K step files are removed all the time; every load still succeeds."""
     folder, run = tmp_path / "w", tmp_path / "w" / "run"

@@ -1,4 +1,5 @@
-"""`seq2seq align`: how well a run's attention aligns words, as AER against gold alignments (align.py).
+"""`seq2seq align`: how well a run's attention aligns words, as AER against gold alignments
+(evaluation/align.py).
 
 torch and matplotlib are imported inside the command, so `seq2seq --help` stays fast.
 """

@@ -1,5 +1,5 @@
-"""`seq2seq eval`: sacrebleu BLEU/chrF of one or more systems, by sentence length (evaluate.py scores,
-eval_runs.py brings trained runs in and writes the outputs)."""
+"""`seq2seq eval`: sacrebleu BLEU/chrF of one or more systems, by sentence length
+(evaluation/by_length.py scores, evaluation/systems.py brings trained runs in and writes the outputs)."""
 
 from __future__ import annotations
 

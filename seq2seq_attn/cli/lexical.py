@@ -1,4 +1,5 @@
-"""`seq2seq lexical-shortlist RUN`: learn the run's lexical shortlist (lexicon.py) for faster decoding."""
+"""`seq2seq lexical-shortlist RUN`: learn the run's lexical shortlist (decoding/shortlist_learning.py)
+for faster decoding."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def model_option() -> Any:
 
 
 def models_option() -> Any:
-    """`--model/-m RUN`, repeatable: several runs make an ensemble (ensemble.py)."""
+    """`--model/-m RUN`, repeatable: several runs make an ensemble (decoding/ensemble.py)."""
     help = (
         f"{MODEL_HELP} Repeat it to translate with the ensemble of several runs: the mean of their "
         "log-probabilities, the first run's decode settings (the runs must share the target vocabulary)."

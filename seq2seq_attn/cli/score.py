@@ -1,4 +1,5 @@
-"""`seq2seq score`: forced decoding of given translations, and n-best rescoring (scoring.py does the work).
+"""`seq2seq score`: forced decoding of given translations, and n-best rescoring (evaluation/likelihood.py
+does the work).
 
 torch is imported inside the command, so `seq2seq --help` and every other command start fast.
 """
@@ -142,7 +143,7 @@ def rescore_rows(
     alpha: float,
     best: bool,
 ) -> list[str]:
-    """The n-best list re-ranked by the weighted models (`scoring.rescore`), or each line's best."""
+    """The n-best list re-ranked by the weighted models (`likelihood.rescore`), or each line's best."""
     from ..decoding.translate import nbest_row
     from ..evaluation.likelihood import best_texts, read_nbest, rescore
 

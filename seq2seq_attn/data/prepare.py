@@ -5,12 +5,12 @@ way (a line-count mismatch in the test split, Ctrl-C, a full disk) leaves the pr
 `manifest.json` is written last: counts per split, what each cleaning rule did, the sha256 of every
 file, the source, and the fingerprint of the inputs.
 
-With `data.tokenize: moses` the training split is Moses-tokenised before cleaning (moses.py), so the
+With `data.tokenize: moses` the training split is Moses-tokenised before cleaning (data/moses.py), so the
 cleaning limits and the vocabulary count the paper's words. The dev and test splits keep the corpus'
 text: they are what the model is given and scored against, and the vocabulary tokenises them as it
 reads them (tokenisation is not idempotent, so no text is tokenised twice).
 
-The data folder's lock (lock.py) is held while writing, and only then, so that trainings which find the
+The data folder's lock (io.py) is held while writing, and only then, so that trainings which find the
 data up to date can start side by side.
 
 The fingerprint is the sha256 of the `data` config section, the package and format versions, and the

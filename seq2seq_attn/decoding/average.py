@@ -1,6 +1,6 @@
 """Checkpoint averaging: one set of weights, the mean of several checkpoints of one run.
 
-`run_dir.average_latest` picks a run's last K checkpoints; `seq2seq average` and `translate --average K`
+`run_folder.average_latest` picks a run's last K checkpoints; `seq2seq average` and `translate --average K`
 use it.
 """
 

@@ -19,12 +19,9 @@ sentence to its maximum length, where ours stops a sentence once no open hypothe
 `length_penalty: none`, as it used, that gives the same result).
 
 Stopping: a sentence stops when it has no open hypothesis left, when it reaches its maximum length (EOS is
-forced there), or, once it has `nbest` finished hypotheses, by the `stopping` rule: `bound` when no open
-one can still beat the nbest-th best of them under the chosen normalisation (see `score_bound`), `top` as
-soon as the best candidate of a step is EOS (OpenNMT-py's and JoeyNMT's rule; all candidates of a step
-have the same length, so the best by log p is the best by any normalisation). A stopped sentence leaves
-the batch: its rows are dropped from the encoder output and the decoder state, so the remaining work
-shrinks.
+forced there), or, once it has `nbest` finished hypotheses, by the `stopping` rule, `bound` or `top`
+(docs/model.md, "When search stops"; `score_bound`, `_is_done`). A stopped sentence leaves the batch: its
+rows are dropped from the encoder output and the decoder state, so the remaining work shrinks.
 
 Scores: the log-probability of a hypothesis is the sum over its tokens and its EOS; its length L counts
 the tokens plus EOS. The score used for ranking is log p / lp(L) with lp = 1 (`none`), L (`average`) or
@@ -223,10 +220,9 @@ def beam_search(
 def search_with_retries(
     model: SearchModel, src: Tensor, src_lengths: Tensor, cfg: DecodeConfig, with_attention: bool = False
 ) -> list[list[Hypothesis]]:
-    """`beam_search`, then GroundHog's "dirty tricks to obtain any translation" (sample.py) for the
-    sentences that found none: with `no_unk`, search them again with <unk> allowed at the same beam; with
-    `at_max_len: retry`, again with a doubled beam while the beam is under RETRY_BEAM_LIMIT. A sentence
-    that still finds nothing gets one empty hypothesis scored -inf."""
+    """`beam_search`, then GroundHog's retries (module docstring) for the sentences that found none, with
+    the settings `_retry_config` gives. A sentence that still finds nothing gets one empty hypothesis
+    scored -inf."""
     results = beam_search(model, src, src_lengths, cfg, with_attention)
     failed = [i for i, hyps in enumerate(results) if not hyps]
     again = _retry_config(cfg) if failed else None

@@ -7,7 +7,7 @@ and CTranslate2's vocabulary selection; Jean, Cho, Memisevic & Bengio 2015, the 
 follow-up, with candidate lists from a word-alignment dictionary). This module holds that dictionary
 and says which pieces a sentence may use; the search restricts the output layer to them.
 
-The dictionary is learned from the trained model's own attention (lexicon.py).
+The dictionary is learned from the trained model's own attention (shortlist_learning.py).
 
 The table is kept in the run folder as `lexical_shortlist.npz`: `candidates` (source vocabulary, top_k)
 target ids (-1 where a source piece has fewer) and `frequent` (the most frequent target ids).

@@ -1,12 +1,12 @@
 """`seq2seq eval` around the scoring: trained runs as systems, the options they imply, the report files.
 
-`evaluate.py` scores hypotheses. This module brings trained runs in (it translates the sources with each
+`by_length.py` scores hypotheses. This module brings trained runs in (it translates the sources with each
 run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller leaves unset
 from those runs' configs, and writes what the report becomes: the table in a file, the length curve and
 the self-contained HTML page with heat maps of how the runs attend.
 
-A system may be an ensemble of runs (ensemble.py): it translates with the first run's decode settings,
-and its first run's config stands for it (its `eval` and `data` sections, whether it has attention).
+A system may be an ensemble of runs (decoding/ensemble.py): it translates with the first run's decode
+settings, and its first run's config stands for it (its `eval` and `data` sections, whether it has attention).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It lives with the model because `Seq2Seq.forward` computes it (so that DDP sees the loss inside `forward`),
 and one function serves the training step and the dev loss, so the perplexity reported at validation is
-the quantity training minimises (without label smoothing). `loss.py` builds the batch loss on it.
+the quantity training minimises (without label smoothing). `training/loss.py` builds the batch loss on it.
 """
 
 from __future__ import annotations

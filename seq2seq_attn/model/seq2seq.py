@@ -94,7 +94,8 @@ class Seq2Seq(nn.Module):
         self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor
     ) -> tuple[Tensor, DecoderState, Tensor]:
         """One decoder step up to the output layer: features (batch, pre_output), next state, attention
-        weights (batch, src_len); `step` and the lexical shortlist (lexical.py) add their output layer."""
+        weights (batch, src_len); `step` and the lexical shortlist (decoding/shortlist.py) add their output
+        layer."""
         features, state, weights = self.decoder(enc, state, y_prev.unsqueeze(1))
         return features.squeeze(1), state, weights.squeeze(1)
 

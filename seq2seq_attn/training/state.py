@@ -3,8 +3,8 @@
 A training checkpoint holds everything the next update depends on: weights, optimiser, schedule, the RNG
 states and data position of every rank, the counters in `Progress`, the resolved config and the
 vocabulary's fingerprint. So a run killed at any point and resumed reaches step N with the same parameters
-as an uninterrupted run (CPU, same thread count). It is written as any checkpoint is (checkpoint.py), into
-the run folder (run_dir.py).
+as an uninterrupted run (CPU, same thread count). It is written as any checkpoint is
+(model/checkpoint.py), into the run folder (decoding/run_folder.py).
 """
 
 from __future__ import annotations

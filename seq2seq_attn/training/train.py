@@ -4,10 +4,10 @@ The loop, in order: prepare data and vocabulary (idempotent), build or resume th
   batch -> forward (bf16 autocast on GPU) -> cross-entropy -> backward -> clip -> guarded update
 with a log line every `log_every` updates, validation (dev loss, perplexity, BLEU) every `validate_every`
 updates, best-K checkpoints, early stopping, and `latest.pt` for exact resume. What a checkpoint holds and
-how a run resumes from it: train_state.py; what is logged and where: metrics.py.
+how a run resumes from it: state.py; what is logged and where: log.py.
 
 The hot loop never waits for the GPU except at logging intervals: losses and the non-finite counters
-stay on the device (metrics.Window), and fused optimisers skip non-finite updates by themselves (optim.py).
+stay on the device (log.Window), and fused optimisers skip non-finite updates by themselves (optim.py).
 Under `torchrun`, each rank trains on its own shard of every epoch's batches (DDP all-reduces gradients),
 and only rank 0 validates, logs and writes checkpoints (distributed.py).
 """

@@ -56,8 +56,8 @@ def _dev_loss(model, cache, count: int, config: Config, device: torch.device, bf
 def _dev_bleu(model, cache, count: int, config: Config, vocab: Vocab, device: torch.device) -> float:
     sources = [list(map(int, cache.src[i])) for i in range(count)]
     references = list(itertools.islice(read_lines(config.data_dir / "valid.tgt"), count))
-    # EOS is forced at the maximum length: GroundHog's retry (`at_max_len: retry`) doubles the beam of a
-    # sentence that found nothing, and an early model finds nothing on most long sentences.
+    # EOS is forced at the maximum length, not retried (`at_max_len`, decoding/search.py): an early model
+    # finds nothing on most long sentences.
     decode = dataclasses.replace(
         config.decode, beam_size=config.train.valid_beam, nbest=1, at_max_len="force_eos"
     )

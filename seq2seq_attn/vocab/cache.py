@@ -1,6 +1,6 @@
 """The memory-mapped token cache that training and validation read.
 
-`build_cache` encodes every split once, with the vocabulary of `vocab.py`, into
+`build_cache` encodes every split once, with the vocabulary of `pieces.py`, into
 `<data_dir>/vocab/cache/<split>.<side>.tokens.npy` (one flat int32 array of ids, no bos/eos) and
 `.offsets.npy` (int64, n+1 entries: sentence i is `tokens[offsets[i]:offsets[i+1]]`). Training memory-maps
 these files, so a corpus of any size costs only the pages it touches. Files are encoded in chunks with

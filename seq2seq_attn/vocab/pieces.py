@@ -5,7 +5,7 @@ it in `<data_dir>/vocab/` with a manifest (the vocabulary settings and the sha25
 trained on), so a second run does no work unless the data or the settings changed. Special ids are fixed
 everywhere: pad=0, unk=1, bos=2, eos=3. `cache.py` encodes every split with it once, for training.
 
-`build_vocab` and the cache hold the data folder's lock (lock.py) while they write, and only then, so that
+`build_vocab` and the cache hold the data folder's lock (io.py) while they write, and only then, so that
 trainings which find the vocabulary and cache up to date can start side by side on one data folder.
 
 The `word` model type is the paper's shortlist (Bahdanau et al. 2014: the 30k most frequent words, every
