@@ -6,8 +6,8 @@ log p(y | x) = sum_i log p(y_i | y_<i, x), the quantity beam search maximises. T
 output's own pieces equals the search's `Hypothesis.log_prob` (EOS included, no length normalisation).
 
 The rows follow the translation contract (decoding/translate.py): one row per input line, in order. The
-source is cleaned and cut to `decode.max_src_tokens` pieces as translation cuts it (the row says so); a line whose
-source is empty has no score (null), and an empty target is scored as the EOS alone.
+source is cleaned and cut to `decode.max_src_tokens` pieces as translation cuts it (the row says so); a
+line whose source is empty has no score (null), and an empty target is scored as the EOS alone.
 
 Scores also rank n-best lists (`rescore`): each hypothesis of `translate --nbest` is scored by one or more
 models, each score optionally divided by a length penalty (search.length_penalty), and the weighted sum
