@@ -1,5 +1,6 @@
-"""The product's surfaces: every command's options and the Python API's names stay as documented, and
-a decode key added to the schema alone becomes a `translate` option."""
+"""The product's surfaces: every command's options and the Python API's names stay as documented, every
+command's `--help` reads whole at 80 columns, and a decode key added to the schema alone becomes a
+`translate` option."""
 
 from __future__ import annotations
 
@@ -169,4 +170,29 @@ def test_a_decode_key_added_to_the_schema_alone_is_a_translate_option():
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("--throwaway-weight\n")
     line = next(line for line in result.stdout.splitlines()[1:] if "--throwaway-weight" in line)
-    assert "<float>" in line and "A throwaway key (decode.throwaway_weight)." in line
+    assert "<float>" in line and "A throwaway key (throwaway_weight)." in line
+
+
+def commands(command, path: tuple[str, ...] = ()):
+    """(path, click command) of every command and group, the app first."""
+    yield path, command
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from commands(sub, (*path, name))
+
+
+def test_every_help_reads_whole_at_80_columns():
+    """No option name or word is cut ("…") in any command's `--help` on an 80-column terminal, and every
+    option's names are shown."""
+    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    for path, command in commands(typer.main.get_command(app)):
+        result = subprocess.run(
+            [sys.executable, "-m", "seq2seq_attn", *path, "--help"], capture_output=True, text=True, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        shown = " ".join(path) or "seq2seq"
+        assert "…" not in result.stdout, f"`{shown} --help` cuts: {result.stdout}"
+        assert max(len(line) for line in result.stdout.splitlines()) <= 80, shown
+        for param in command.params:
+            for name in [*param.opts, *param.secondary_opts]:
+                if name.startswith("-"):
+                    assert name in result.stdout, (shown, name)

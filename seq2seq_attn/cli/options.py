@@ -41,7 +41,13 @@ def models_option() -> Any:
 
 
 def device_option(panel: str | None = None) -> Any:
-    return typer.Option(Device.auto, "--device", help="auto uses CUDA when available.", rich_help_panel=panel)
+    return typer.Option(
+        Device.auto,
+        "--device",
+        metavar="NAME",
+        help=f"{', '.join(d.value for d in Device)}; auto uses CUDA when available.",
+        rich_help_panel=panel,
+    )
 
 
 def run_default_option(key: str, flag: str, help: str, **kwargs: Any) -> Any:
@@ -74,9 +80,11 @@ def config_options(
 ) -> Callable[[Command], Command]:
     """A decorator that gives a typer command one option per key of config `section` (a schema
     dataclass, named `prefix` in messages, e.g. "decode"): typed as the schema types it (its choices as an
-    Enum, a `path` key as a Path), its help the key's short help and name, in `panel` unless `flags` says
-    otherwise. Every option defaults to None, "not given". The command receives them in one keyword
-    argument, `overrides`: key -> the value given (plain str, int, float or bool), or None.
+    Enum, a `path` key as a Path), its help the key's short help and, in parentheses, the key's name, in
+    `panel` unless `flags` says otherwise. The type column stays narrow for 80-column terminals: a switch
+    shows none, a choice NAME with its choices in the help. Every option defaults to None, "not given".
+    The command receives them in one keyword argument, `overrides`: key -> the value given (plain str,
+    int, float or bool), or None.
 
     So a new key of the section is a new option of every such command with no other edit; `flags` only
     renames an option or moves it to another panel. `--help` lists the options without a panel first,
@@ -124,19 +132,25 @@ def _parameter(
     section: type, prefix: str, field: dataclasses.Field, flag: Flag | None, panel: str
 ) -> inspect.Parameter:
     key, kind = field.name, field_types(section)[field.name]
+    text, metavar = field.metadata["short"].rstrip("."), None
     if "choices" in field.metadata:
-        kind = choices_enum(section, key)
+        kind, metavar = choices_enum(section, key), "NAME"  # a narrow type column; the choices in the help
+        choices = field.metadata["choices"]
+        if not all(choice in text for choice in choices):
+            text += f"; one of {', '.join(choices)}"
     elif field.metadata.get("path"):
         kind = Path
+    elif kind is bool:
+        metavar = ""  # a switch takes no value
     name = flag_name(key, flag)
     declared = [f"{name}/{(flag and flag.negative) or '--no-' + name[2:]}" if kind is bool else name]
     if flag and flag.short:
         declared.append(flag.short)
-    short_help = field.metadata["short"].rstrip(".")
     option = typer.Option(
         None,
         *declared,
-        help=f"{short_help} ({prefix}.{key}).",
+        help=f"{text} ({key}).",  # the key's name: `prefix` is in the command's own help
+        metavar=metavar,
         rich_help_panel=(flag and flag.panel) or panel,
         show_default=False,
     )

@@ -60,7 +60,11 @@ def translate_command(
     ),
     device: Device = device_option(panel=SPEED),
     scores: bool = typer.Option(
-        False, "--scores", help="Write score<TAB>translation (normalised score).", rich_help_panel=OUTPUT
+        False,
+        "--scores",
+        metavar="",
+        help="Write score<TAB>translation (normalised score).",
+        rich_help_panel=OUTPUT,
     ),
     attention: Path | None = typer.Option(
         None,
@@ -74,7 +78,7 @@ def translate_command(
     overrides: dict[str, Any] | None = None,
 ) -> None:
     """Translate raw text with a trained run, or the ensemble of several: one output line per input line,
-    in order."""
+    in order. The Search, Speed and Output options override the run's `decode` key named in parentheses."""
     if average < 0:
         raise UserError(f"--average must be >= 0, got {average}")
     if input_path != "-":

@@ -367,7 +367,7 @@ class DecodeConfig:
         1,
         "Hypotheses returned per sentence.",
         ge=1,
-        short="Hypotheses per sentence; above 1, rows index<TAB>rank<TAB>score<TAB>text.",
+        short="Hypotheses per sentence; above 1, output rows of index, rank, score and text, tab-separated.",
     )
     length_penalty: str = option(
         "gnmt",
