@@ -33,6 +33,7 @@ from seq2seq_attn.decoding.shortlist import (
 from seq2seq_attn.decoding.shortlist_learning import build_table, top_candidates
 from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
+from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint, weights_fingerprint
 
 
 def test_top_candidates_keep_each_source_pieces_largest_counts() -> None:
@@ -65,13 +66,15 @@ def test_a_table_learned_from_a_model_and_its_file(tiny_run_dir: Path, tmp_path:
     assert coverage(table, src, tgt) > coverage(
         LexicalTable(table.candidates[:, :0], table.frequent), src, tgt
     )
-    save_table(table, tmp_path)
-    loaded = load_table(tmp_path, vocab)
+    recorded = dataclasses.replace(table, checkpoint="best.pt", weights=weights_fingerprint(model))
+    assert save_table(recorded, tmp_path) == tmp_path / "lexical_shortlist.npz"
+    loaded = load_table(tmp_path, vocab, tmp_path / "checkpoints" / "best.pt", recorded.weights)
     assert np.array_equal(loaded.candidates, table.candidates) and np.array_equal(
         loaded.frequent, table.frequent
     )
+    assert (loaded.checkpoint, loaded.weights) == ("best.pt", weights_fingerprint(model))
     with pytest.raises(UserError, match="no lexical shortlist"):
-        load_table(tmp_path / "nowhere", vocab)
+        load_table(tmp_path / "nowhere", vocab, tmp_path / "nowhere" / "best.pt", recorded.weights)
     with pytest.raises(UserError, match="top_k must be >= 1"):
         build_table(model, vocab, src, tgt, top_k=0, frequent=5, device="cpu")
 
@@ -157,3 +160,49 @@ def test_lexical_shortlist_command_and_translate(tiny_run_dir: Path, tmp_path: P
         "--lexical-shortlist",
     ]
     assert_one_line_error(run_main(*ensemble), "decode.lexical_shortlist: decode one run with it")
+
+
+def test_a_table_knows_its_checkpoint_and_warns_once_for_other_weights(tiny_run_dir: Path, tmp_path: Path):
+    """A table records the weights it was learned from; translating with other weights (the run trained
+    on, another checkpoint) warns once per table, and `lexical-shortlist CHECKPOINT` learns that
+    checkpoint's own table, which its translations then use without a warning."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    (tmp_path / "data").symlink_to(tiny_run_dir.parent / "data")
+    source = tmp_path / "src"
+    source.write_text("the cat sat\na dog ran to the house\n", encoding="utf-8")
+    learn = ["--top-k", "3", "--frequent", "4", "--sentences", "30"]
+    assert run_main("lexical-shortlist", str(run), *learn).returncode == 0
+    best = run / "checkpoints" / "best.pt"
+    other = run / "checkpoints" / "step-7.pt"  # other weights: best's, changed
+    payload = load_checkpoint(best)
+    payload["model"] = {
+        name: value + 0.01 if value.is_floating_point() else value for name, value in payload["model"].items()
+    }
+    save_checkpoint(other, payload)
+
+    def translate(model: Path) -> str:
+        result = run_main(
+            "translate", "--model", str(model), "--input", str(source), "--lexical-shortlist", text=True
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stderr
+
+    assert "learned from" not in translate(run)  # the table's own weights
+    warned = translate(other)  # falls back to the run's table, learned from best.pt
+    assert f"{run / 'lexical_shortlist.npz'}: learned from best.pt as it was then" in warned
+    assert "(step-7.pt)" in warned and f"seq2seq lexical-shortlist {other}" in warned
+    assert warned.count("learned from") == 1
+
+    built = run_main("lexical-shortlist", str(other), *learn, text=True)
+    assert (
+        built.returncode == 0
+        and f"{run / 'lexical_shortlist.step-7.npz'} from 30 training pairs" in built.stdout
+    )
+    assert "learned from" not in translate(other)  # its own table now
+    assert "learned from" not in translate(run)  # and the run's is the best checkpoint's still
+
+    save_checkpoint(best, payload)  # the run trains on: best.pt is other weights now
+    assert "learned from best.pt as it was then, not from the weights translating now (best.pt)" in translate(
+        run
+    )

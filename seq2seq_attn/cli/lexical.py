@@ -15,7 +15,11 @@ def register(app: typer.Typer) -> None:
 
 
 def lexical_shortlist_command(
-    run: Path = typer.Argument(..., help="A run directory (its best checkpoint) or checkpoint file."),
+    run: Path = typer.Argument(
+        ...,
+        help="A run directory (its best checkpoint) or a checkpoint file: one table per checkpoint, "
+        "lexical_shortlist.npz for the best, lexical_shortlist.<name>.npz for another.",
+    ),
     top_k: int = typer.Option(50, "--top-k", help="Candidates kept per source piece.", min=1),
     frequent: int = typer.Option(1000, "--frequent", help="Most frequent target pieces, always in.", min=0),
     sentences: int = typer.Option(

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..config import Config, DecodeConfig, override
 from ..errors import UserError
+from ..model.checkpoint import weights_fingerprint
 from ..vocab.pieces import Vocab
 from . import int8
 from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
@@ -42,6 +43,8 @@ class Runs:
     configs: list[Config]
     device: torch.device | str
     run_dirs: list[Path]
+    checkpoints: list[Path]  # the checkpoint file of each run (with `average`, the last one averaged)
+    average: int = 0
 
     def translator(
         self, decode: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None
@@ -62,12 +65,18 @@ class Runs:
         shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
         others = [] if shared else self.vocabs[1:]
         model = self.model
-        if settings.precision == "int8":
-            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
+        table = None
         if settings.lexical_shortlist:
             if len(self.run_dirs) > 1:
                 raise UserError(f"{DECODE_PREFIX}lexical_shortlist: decode one run with it, not an ensemble")
-            model = Shortlisted(model, load_table(self.run_dirs[0], self.vocabs[0]))
+            averaged = f"the mean of its last {self.average} checkpoints" if self.average else ""
+            table = load_table(
+                self.run_dirs[0], self.vocabs[0], self.checkpoints[0], weights_fingerprint(model), averaged
+            )
+        if settings.precision == "int8":
+            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
+        if table is not None:
+            model = Shortlisted(model, table)
         return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
 
 
@@ -79,11 +88,13 @@ def load_runs(paths: Sequence[str | Path], device: torch.device | str = "cpu", a
     paths = [Path(path) for path in paths]
     loaded = [load_trained(path, device, average=average) for path in paths]
     models, vocabs, configs = (list(column) for column in zip(*loaded, strict=True))
-    run_dirs = [run_dir_of(resolve_checkpoint(path)) for path in paths]
-    if len(models) == 1:
-        return Runs(models[0], vocabs, configs, device, run_dirs)  # one run searches as it always has
+    checkpoints = [resolve_checkpoint(path) for path in paths]
+    run_dirs = [run_dir_of(checkpoint) for checkpoint in checkpoints]
+    if len(models) == 1:  # one run searches as it always has
+        return Runs(models[0], vocabs, configs, device, run_dirs, checkpoints, average)
     check_same_target(paths, vocabs)
-    return Runs(Ensemble(models, attending_models(configs, vocabs)), vocabs, configs, device, run_dirs)
+    ensemble = Ensemble(models, attending_models(configs, vocabs))
+    return Runs(ensemble, vocabs, configs, device, run_dirs, checkpoints, average)
 
 
 def load_translator(

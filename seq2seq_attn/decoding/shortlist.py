@@ -9,13 +9,19 @@ and says which pieces a sentence may use; the search restricts the output layer 
 
 The dictionary is learned from the trained model's own attention (shortlist_learning.py).
 
-The table is kept in the run folder as `lexical_shortlist.npz`: `candidates` (source vocabulary, top_k)
-target ids (-1 where a source piece has fewer) and `frequent` (the most frequent target ids).
+The table is kept in the run folder: `lexical_shortlist.npz` when learned from the run's best checkpoint,
+`lexical_shortlist.<checkpoint>.npz` (e.g. `lexical_shortlist.step-500.npz`) when learned from another
+checkpoint file. It holds `candidates` (source vocabulary, top_k) target ids (-1 where a source piece has
+fewer), `frequent` (the most frequent target ids), and which weights it was learned from: the checkpoint
+file's name and the weights' fingerprint (`model/checkpoint.weights_fingerprint`). Translating with other
+weights (the run trained on, another checkpoint, `--average`) uses the table still, with a warning, once
+per table: the candidates of other weights are still plausible, but no longer the model's own.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ..console import warn
 from ..errors import UserError
 from ..io import atomic_write
 from ..model.recurrent import product
@@ -32,7 +39,8 @@ from ..model.states import DecoderState, EncoderOutput
 from ..vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
 from .int8 import Int8Linear, Int8Weight
 
-TABLE_FILE = "lexical_shortlist.npz"
+TABLE_FILE = "lexical_shortlist.npz"  # the best checkpoint's (another's: lexical_shortlist.<name>.npz)
+DEFAULT_CHECKPOINT = "best"  # the checkpoint whose table is TABLE_FILE
 SPECIAL_IDS = (PAD_ID, UNK_ID, BOS_ID, EOS_ID)  # always candidates: the search needs EOS, <unk> may win
 
 
@@ -42,6 +50,8 @@ class LexicalTable:
 
     candidates: np.ndarray  # (source vocabulary, top_k) int32
     frequent: np.ndarray  # (frequent,) int32, most frequent first
+    checkpoint: str = ""  # the name of the checkpoint file it was learned from ("": not recorded)
+    weights: str = ""  # the fingerprint of the weights it was learned from ("": not recorded)
 
     def sentence_candidates(self, src_ids: Sequence[int]) -> np.ndarray:
         """The sorted target ids a translation of this source may use: the frequent and special pieces and
@@ -70,26 +80,57 @@ def coverage(
     return covered / total if total else 1.0
 
 
+def table_path(run_dir: Path, checkpoint: Path) -> Path:
+    """Where the table learned from `checkpoint` (a file of the run's checkpoints/ folder) is kept."""
+    stem = Path(checkpoint).stem
+    return Path(run_dir) / (TABLE_FILE if stem == DEFAULT_CHECKPOINT else f"lexical_shortlist.{stem}.npz")
+
+
 def save_table(table: LexicalTable, run_dir: Path) -> Path:
-    """Write `<run_dir>/lexical_shortlist.npz` atomically."""
+    """Write the table atomically into the run folder, under the name of the checkpoint it records."""
     buffer = io.BytesIO()
-    np.savez(buffer, candidates=table.candidates, frequent=table.frequent)
-    path = Path(run_dir) / TABLE_FILE
+    np.savez(
+        buffer,
+        candidates=table.candidates,
+        frequent=table.frequent,
+        checkpoint=np.array(table.checkpoint),
+        weights=np.array(table.weights),
+    )
+    path = table_path(run_dir, Path(table.checkpoint or DEFAULT_CHECKPOINT))
     with atomic_write(path, "wb") as out:
         out.write(buffer.getvalue())
     return path
 
 
-def load_table(run_dir: Path, vocab: Vocab) -> LexicalTable:
-    """The run's table, checked against its vocabulary sizes; a one-line error when it is missing."""
-    path = Path(run_dir) / TABLE_FILE
+def load_table(
+    run_dir: Path, vocab: Vocab, checkpoint: Path, weights: str, translating: str = ""
+) -> LexicalTable:
+    """The table for translating with `checkpoint`'s weights (fingerprint `weights`; `translating` says
+    what they are, default the checkpoint's name): the one learned from that checkpoint, else the run's;
+    checked against the vocabulary sizes (a one-line error when missing or built for another vocabulary),
+    with a warning, once, when it was learned from other weights."""
+    path = table_path(run_dir, checkpoint)
+    if not path.is_file():
+        path = Path(run_dir) / TABLE_FILE
     if not path.is_file():
         raise UserError(f"{path}: no lexical shortlist; build it with `seq2seq lexical-shortlist {run_dir}`")
     with np.load(path) as stored:
-        table = LexicalTable(stored["candidates"], stored["frequent"])
+        recorded = {name: str(stored[name]) for name in ("checkpoint", "weights") if name in stored.files}
+        table = LexicalTable(stored["candidates"], stored["frequent"], **recorded)
     if table.candidates.shape[0] != vocab.src_size or table.candidates.max(initial=-1) >= vocab.tgt_size:
         raise UserError(f"{path}: built for another vocabulary than {run_dir}'s; build it again")
+    if table.weights != weights:
+        _warn_other_weights(path, table.checkpoint, translating or Path(checkpoint).name, Path(checkpoint))
     return table
+
+
+@functools.cache
+def _warn_other_weights(path: Path, learned_from: str, translating: str, checkpoint: Path) -> None:
+    source = f"from {learned_from} as it was then" if learned_from else "from weights it does not record"
+    warn(
+        f"{path}: learned {source}, not from the weights translating now ({translating}); its candidates "
+        f"are not this model's own (learn them with `seq2seq lexical-shortlist {checkpoint}`)"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------

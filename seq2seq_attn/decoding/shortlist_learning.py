@@ -10,6 +10,7 @@ which makes the counts plain co-occurrences.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ..config.constants import SIDES
 from ..console import progress
 from ..errors import UserError
 from ..io import read_lines
+from ..model.checkpoint import weights_fingerprint
 from ..vocab.pieces import Vocab, data_file
 from .forced import by_source_length, forced_pass
 from .run_folder import load_trained, resolve_checkpoint, run_dir_of
@@ -108,15 +110,19 @@ class Built:
 def build_for_run(
     run: Path, top_k: int, frequent: int, sentences: int, device: torch.device | str = "cpu", seed: int = 1
 ) -> Built:
-    """Learn a run's lexical table from a seeded sample of `sentences` pairs of its prepared training data
-    (all of them when there are fewer), write it into the run folder and measure it on the dev set."""
+    """Learn the lexical table of a run's checkpoint (`run`: the run folder for its best checkpoint, or a
+    checkpoint file) from a seeded sample of `sentences` pairs of its prepared training data (all of them
+    when there are fewer), write it into the run folder under the checkpoint's name (shortlist.py) and
+    measure it on the dev set."""
     model, vocab, config = load_trained(run, device)
     train = [list(read_lines(data_file(config, f"train.{side}"))) for side in SIDES]
     chosen = sorted(random.Random(seed).sample(range(len(train[0])), min(sentences, len(train[0]))))
     src = vocab.encode_src([train[0][i] for i in chosen], tokenized=True)  # prepared: tokenised already
     tgt = vocab.encode_tgt([train[1][i] for i in chosen], tokenized=True)
+    checkpoint = resolve_checkpoint(run)
     table = build_table(model, vocab, src, tgt, top_k, frequent, device)
-    path = save_table(table, run_dir_of(resolve_checkpoint(run)))
+    table = dataclasses.replace(table, checkpoint=checkpoint.name, weights=weights_fingerprint(model))
+    path = save_table(table, run_dir_of(checkpoint))
     valid = [list(read_lines(data_file(config, f"valid.{side}"))) for side in SIDES]
     covered = coverage(table, vocab.encode_src(valid[0]), vocab.encode_tgt(valid[1]))
     return Built(path, len(chosen), covered)

@@ -9,6 +9,7 @@ target, so a kill at any instant leaves the previous checkpoint intact. What a r
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import re
 import zipfile
@@ -71,3 +72,13 @@ def _unsafe_reason(message: str) -> str:
     if match := re.search(r"WeightsUnpickler error:\s*(\S.*)", message):
         return match[1].strip()[:120]
     return "unsafe content"
+
+
+def weights_fingerprint(model: torch.nn.Module) -> str:
+    """A SHA-256 of a model's parameters and buffers, name by name: what a file derived from one set of
+    weights (a lexical shortlist) records, to tell later whether it is used with the same weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode("utf-8"))
+        digest.update(tensor.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
