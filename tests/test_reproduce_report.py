@@ -4,6 +4,7 @@ RNNencdec significantly."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from helpers import load_script, noisy
@@ -50,3 +51,62 @@ def test_the_criteria_read_the_rows_of_all_sentences_only():
     ]
     report = {"systems": [{"label": "S", "rows": rows}]}
     assert load_script("reproduce")._bleu_by_bucket(report, "S") == {"0-10": 20.0, "10-20": 5.0}
+
+
+def _report(search: dict[str, float], encdec: dict[str, float]) -> dict:
+    """A by-length report of two systems with these bucket BLEUs (all sentences), buckets from 0 by 10."""
+    edges = [10 * i for i in range(len(search))]
+    buckets = [{"label": label} for label in search]
+    systems = [
+        {
+            "label": label,
+            "rows": [{"subset": "all", "bucket": b, "bleu": v, "count": 9} for b, v in bleu.items()],
+        }
+        for label, bleu in (("RNNsearch", search), ("RNNencdec", encdec))
+    ]
+    return {"systems": systems, "edges": edges, "buckets": buckets}
+
+
+def _run_log(folder: Path, validations: list[tuple[int, float, float]]) -> Path:
+    """A run folder whose metrics.jsonl holds training lines and these (update, dev ppl, dev BLEU)."""
+    folder.mkdir()
+    lines = [json.dumps({"step": step, "loss": 0.1}) for step, _, _ in validations]
+    lines += [json.dumps({"step": s, "valid_ppl": p, "valid_bleu": b}) for s, p, b in validations]
+    (folder / "metrics.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_a_failed_criterion_gives_its_ratio_and_what_the_training_log_says(tmp_path):
+    reproduce = load_script("reproduce")
+    report = _report(
+        {"0-10": 98.73, "10-20": 97.0, "20-30": 90.0, "30+": 82.74},
+        {"0-10": 91.94, "10-20": 68.0, "20-30": 46.0, "30+": 18.58},
+    )
+    unstable = _run_log(tmp_path / "search", [(500, 1.25, 75.4), (1000, 1.35, 80.9), (1250, 2.07, 68.4)])
+    fine = _run_log(tmp_path / "encdec", [(500, 3.0, 20.0), (1000, 2.5, 25.0), (1500, 2.6, 24.0)])
+    verdicts = reproduce.check_criteria(
+        report, "RNNsearch", "RNNencdec", {"RNNsearch": unstable, "RNNencdec": fine}
+    )
+    assert verdicts[0] == (True, "RNNencdec: longest bucket 30+ BLEU 18.58 <= 0.6 x best 91.94 (ratio 0.20)")
+    assert verdicts[1] == (
+        False,
+        "RNNsearch: longest bucket 30+ BLEU 82.74 >= 0.85 x best 98.73 (ratio 0.84); likely cause: dev "
+        "perplexity rose from 1.25 (update 500) to 2.07 (update 1250): the training went unstable",
+    )
+    assert verdicts[2][0]
+
+    short = _run_log(tmp_path / "short", [(500, 2.0, 60.0), (1000, 1.5, 70.0)])
+    verdicts = reproduce.check_criteria(
+        report, "RNNsearch", "RNNencdec", {"RNNsearch": short, "RNNencdec": fine}
+    )
+    assert verdicts[1][1].endswith(
+        "likely cause: dev BLEU still rising at the last validation (70.00, update 1000): a longer training "
+        "(train.max_minutes) would likely help"
+    )
+    assert reproduce.training_note(fine) == "" and reproduce.training_note(tmp_path / "nowhere") == ""
+    crossed = _report(
+        {"0-10": 99.0, "10-20": 95.0, "20-30": 30.0, "30+": 90.0},
+        {"0-10": 90.0, "10-20": 50.0, "20-30": 40.0, "30+": 20.0},
+    )
+    ok, text = reproduce.check_criteria(crossed, "RNNsearch", "RNNencdec")[2]
+    assert not ok and text.endswith("past 20 words (20-30, 30+); not in 20-30")
