@@ -1,7 +1,8 @@
 """The experiment config: one YAML file with sections data, vocab, model, train, decode and eval.
 
 `schema.py` defines every key (type, default, range, meaning); `loader.py` reads YAML, applies `--set`
-overrides, validates and resolves paths; `reference.py` writes the key reference. The names below are
+overrides, validates and resolves paths; `reference.py` writes the key reference; `constants.py` names
+the corpus splits and sides every stage shares. The names below are
 the ones the rest of the package uses.
 """
 

@@ -1,1 +1,3 @@
-"""Parallel corpus: sources, cleaning and the prepared line-aligned splits with their manifest."""
+"""The data stage: where parallel pairs come from (local files, Hugging Face, the synthetic language),
+cleaning, the Moses tokenizer, and the prepared line-aligned splits with their manifest.
+"""

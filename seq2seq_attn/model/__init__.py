@@ -1,4 +1,6 @@
-"""The model zoo: bidirectional RNN encoder, attention scorers, RNNsearch / RNNencdec and Luong decoders."""
+"""The model stage: bidirectional RNN encoder, attention scorers, RNNsearch / RNNencdec and Luong decoders,
+the device and precision they run in, and the checkpoint file their weights are saved in.
+"""
 
 from .seq2seq import Seq2Seq, build_model
 from .states import DecoderState, EncoderOutput
