@@ -2,8 +2,8 @@
 
 `schema.py` defines every key (type, default, range, meaning); `loader.py` reads YAML, applies `--set`
 overrides, validates and resolves paths; `reference.py` writes the key reference; `constants.py` names
-the corpus splits and sides every stage shares. The names below are
-the ones the rest of the package uses.
+the corpus splits and sides every stage shares. The names below are the ones the rest of the package
+uses.
 """
 
 from .loader import choices_enum, from_dict, load_config, override, to_dict, to_yaml
