@@ -1,0 +1,164 @@
+"""Why long sentences fail: what a system's own attention and output say, bucket by source length.
+
+BLEU by length shows that a system fails on long sentences; these measures say how. Each is defined once
+here and in docs/evaluation.md ("Diagnostics"), with how to read it. From the search's own attention
+(the best hypothesis of each sentence, `Translation.hypotheses[0].attention`: no second pass), at the
+level of whitespace words as `seq2seq align` forms them (`align.word_attention`: the sum over a source
+word's pieces, the mean over a target word's pieces, the EOS row and column dropped):
+
+- `entropy`: the attention's entropy at each output word, H_t = -sum_w a_tw log a_tw, divided by
+  log(n) for n source words (0: one word attended; 1: all alike), averaged over the output words;
+- `dropped`: the share of source words whose coverage c_w = sum_t a_tw (the attention all output
+  words paid it) is below DROPPED_BELOW: words the translation likely left out;
+- `repeated`: the share of source words with c_w above REPEATED_ABOVE: attended again and again;
+- `backward`: the share of output words whose most attended source word lies left of the previous
+  output word's: how often attention jumps back (some jumps are reordering, many are repetition);
+
+and from the output alone, for every system:
+
+- `repeated_ngrams`: the share of an output's word n-grams (n = NGRAM) that occurred earlier in it;
+- `length_ratio`: output words / reference words.
+
+Per bucket the shares are pooled over the bucket's words (or n-grams), entropy is the mean over its
+sentences, and the length ratio is the ratio of the sums, so a long sentence weighs as its words do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..vocab.pieces import WORD_BOUNDARY
+from .align import word_attention
+
+DROPPED_BELOW = 0.5  # a source word whose coverage is below this was likely left untranslated
+REPEATED_ABOVE = 2.0  # ... above this, translated more than once
+NGRAM = 3  # the n of the repeated n-gram rate
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One measure of the diagnostics table: its key (JSON and CSV field), its table column and digits,
+    and whether it needs attention (systems given as `--hyp` files have none)."""
+
+    key: str
+    header: str
+    digits: int
+    attention: bool
+
+
+DIAGNOSTICS = (
+    Diagnostic("entropy", "entropy", 3, True),
+    Diagnostic("dropped", "dropped", 3, True),
+    Diagnostic("repeated", "repeated", 3, True),
+    Diagnostic("backward", "backward", 3, True),
+    Diagnostic("repeated_ngrams", f"rep. {NGRAM}-grams", 3, False),
+    Diagnostic("length_ratio", "len. ratio", 3, False),
+)
+
+
+@dataclass(frozen=True)
+class SentenceCounts:
+    """One sentence's counts, which a bucket sums (None: the system has no attention)."""
+
+    entropy: float | None  # mean normalised entropy over the output words
+    source_words: int
+    dropped: int | None
+    repeated: int | None
+    steps: int  # output words after the first: where a backward jump can happen
+    backward: int | None
+    ngrams: int
+    repeated_ngrams: int
+    output_words: int
+    reference_words: int
+
+
+def piece_counts(pieces: Sequence[str]) -> list[int]:
+    """The number of pieces of each word: a word starts at a piece that begins with `▁` (or the first)."""
+    counts: list[int] = []
+    for piece in pieces:
+        if piece.startswith(WORD_BOUNDARY) or not counts:
+            counts.append(0)
+        counts[-1] += 1
+    return counts
+
+
+def attention_counts(word_weights: np.ndarray) -> tuple[float, int, int, int]:
+    """(mean normalised entropy, dropped words, repeated words, backward jumps) of one sentence's word
+    attention (target words, source words)."""
+    steps, words = word_weights.shape
+    if steps == 0 or words == 0:
+        return 0.0, 0, 0, 0
+    rows = word_weights / np.maximum(word_weights.sum(axis=1, keepdims=True), 1e-12)
+    plogp = np.where(rows > 0, rows * np.log(np.where(rows > 0, rows, 1.0)), 0.0)
+    entropy = float((-plogp.sum(axis=1)).mean() / np.log(words)) if words > 1 else 0.0
+    coverage = word_weights.sum(axis=0)  # (source words,)
+    attended = word_weights.argmax(axis=1)  # (target words,)
+    backward = int((np.diff(attended) < 0).sum())
+    return entropy, int((coverage < DROPPED_BELOW).sum()), int((coverage > REPEATED_ABOVE).sum()), backward
+
+
+def ngram_counts(words: Sequence[str], n: int = NGRAM) -> tuple[int, int]:
+    """(n-grams, those that occurred earlier in the same output)."""
+    seen: set[tuple[str, ...]] = set()
+    repeats = 0
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    for gram in grams:
+        repeats += gram in seen
+        seen.add(gram)
+    return len(grams), repeats
+
+
+def sentence_counts(
+    hypothesis: str,
+    reference: str,
+    attention: np.ndarray | None = None,
+    src_pieces: Sequence[str] = (),
+    tgt_pieces: Sequence[str] = (),
+) -> SentenceCounts:
+    """The counts of one sentence: `attention` (target pieces + EOS, source pieces + EOS), labelled by
+    `src_pieces` and `tgt_pieces` (without EOS), or None for a system without attention."""
+    words = hypothesis.split()
+    grams, repeats = ngram_counts(words)
+    source_words = len(piece_counts(src_pieces))
+    entropy = dropped = repeated = backward = None
+    steps = max(len(piece_counts(tgt_pieces)) - 1, 0)
+    if attention is not None:
+        weights = word_attention(attention, piece_counts(src_pieces), piece_counts(tgt_pieces))
+        entropy, dropped, repeated, backward = attention_counts(weights)
+    return SentenceCounts(
+        entropy,
+        source_words,
+        dropped,
+        repeated,
+        steps,
+        backward,
+        grams,
+        repeats,
+        len(words),
+        len(reference.split()),
+    )
+
+
+def bucket_row(bucket: str, counts: Sequence[SentenceCounts]) -> dict[str, Any]:
+    """One row of the diagnostics table: the bucket's sentences pooled (module docstring)."""
+    row: dict[str, Any] = {"bucket": bucket, "count": len(counts)}
+    with_attention = bool(counts) and all(c.entropy is not None for c in counts)
+    words = sum(c.source_words for c in counts)
+    steps = sum(c.steps for c in counts)
+    grams = sum(c.ngrams for c in counts)
+    reference = sum(c.reference_words for c in counts)
+    row["entropy"] = float(np.mean([c.entropy for c in counts])) if with_attention else None
+    row["dropped"] = _share(sum(c.dropped for c in counts), words) if with_attention else None
+    row["repeated"] = _share(sum(c.repeated for c in counts), words) if with_attention else None
+    row["backward"] = _share(sum(c.backward for c in counts), steps) if with_attention else None
+    row["repeated_ngrams"] = _share(sum(c.repeated_ngrams for c in counts), grams)
+    row["length_ratio"] = _share(sum(c.output_words for c in counts), reference)
+    return row
+
+
+def _share(part: int, whole: int) -> float | None:
+    return part / whole if whole else None
