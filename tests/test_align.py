@@ -23,13 +23,12 @@ from seq2seq_attn.evaluation.align import (
     encode_words,
     link_counts,
     load_corpus,
-    merge_matrix,
     predict_links,
     read_gold,
     score_links,
-    word_attention,
 )
 from seq2seq_attn.evaluation.by_length import bucket_labels
+from seq2seq_attn.evaluation.diagnostics import merge_matrix, word_attention
 
 
 def gold(sure=(), possible=()) -> GoldLinks:

@@ -10,6 +10,7 @@ import pytest
 from seq2seq_attn.evaluation.diagnostics import (
     DROPPED_BELOW,
     REPEATED_ABOVE,
+    SentenceAttention,
     attention_counts,
     bucket_row,
     ngram_counts,
@@ -68,7 +69,8 @@ def test_a_sentence_merges_pieces_into_words_as_alignment_does():
             [0.0, 0.0, 0.0, 1.0],  # EOS row: dropped
         ]
     )
-    counts = sentence_counts("xy z", "xy z w", attention, ["▁a", "▁bc", "d"], ["▁x", "y", "▁z"])
+    read = SentenceAttention(attention, ["▁a", "▁bc", "d"], ["▁x", "y", "▁z"])
+    counts = sentence_counts("xy z", "xy z w", read)
     # target word "xy" is the mean of rows x and y: a 0.5, bc 0.5; "z": bc 1.0 -> coverage a 0.5, bc 1.5
     assert (counts.source_words, counts.dropped, counts.repeated, counts.backward) == (2, 0, 0, 0)
     assert counts.entropy == pytest.approx(0.5)  # (1 + 0) / 2 over log 2
@@ -79,8 +81,8 @@ def test_a_sentence_merges_pieces_into_words_as_alignment_does():
 
 def test_a_bucket_pools_words_and_leaves_attention_measures_empty_without_attention():
     attention = np.array([[1.0, 0.0], [0.0, 1.0]])  # one source word + EOS, one target word + EOS
-    one = sentence_counts("x", "x y", attention, ["▁a"], ["▁x"])
-    row = bucket_row("0-10", [one, one])
+    one = sentence_counts("x", "x y", SentenceAttention(attention, ["▁a"], ["▁x"]))
+    row = bucket_row("0-10", [one, one], attention=True)
     assert row == {
         "bucket": "0-10",
         "count": 2,
@@ -91,6 +93,6 @@ def test_a_bucket_pools_words_and_leaves_attention_measures_empty_without_attent
         "repeated_ngrams": None,  # no trigram
         "length_ratio": 0.5,
     }
-    hyp_only = bucket_row("all", [sentence_counts("x y z x y z", "x y z")])
+    hyp_only = bucket_row("all", [sentence_counts("x y z x y z", "x y z")], attention=False)
     assert hyp_only["entropy"] is None and hyp_only["dropped"] is None
     assert hyp_only["repeated_ngrams"] == 0.25 and hyp_only["length_ratio"] == 2.0

@@ -169,6 +169,7 @@ def test_multi_system_report_schema_and_renderings():
         "systems",
         "significance",
         "comparisons",
+        "diagnostics",
     ]
     assert report["version"] == 2 and report["subsets"] == [
         {"name": "all", "definition": "every sentence", "sentences": 120}
@@ -212,7 +213,10 @@ def test_multi_system_report_schema_and_renderings():
     assert all(",RNNencdec-50," in line for line in csv_lines[-len(labels) :])  # the paired differences
 
     markdown = [line for line in render(report, "markdown").splitlines() if line.startswith("|")]
-    assert len(markdown) == 2 + 2 * len(labels) + 2 + len(labels)
+    assert len(markdown) == 2 + 2 * len(labels) + 2 + len(labels) + 2 + 2 * len(labels)  # + diagnostics
+    for system in report["diagnostics"]:  # hypotheses alone: the output-side measures only
+        assert [row["bucket"] for row in system["rows"]] == labels
+        assert all(row["entropy"] is None and row["length_ratio"] > 0 for row in system["rows"])
 
 
 def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):

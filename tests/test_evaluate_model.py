@@ -11,6 +11,8 @@ from helpers import run_main, with_eval_section
 
 from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.decoding.translate import Translator
+from seq2seq_attn.evaluation.diagnostics import bucket_row, sentence_counts
+from seq2seq_attn.evaluation.systems import sentence_attention
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -60,6 +62,33 @@ def test_eval_model_translates_scores_and_keeps_hypotheses(tiny_run_dir: Path, t
     overall = next(row for row in system["rows"] if row["bucket"] == "all")
     references = ref.read_text(encoding="utf-8").splitlines()
     assert abs(overall["bleu"] - sacrebleu.corpus_bleu(hypotheses, [references]).score) < 1e-9
+
+
+def test_eval_model_reports_the_diagnostics_of_its_own_search(tiny_run_dir: Path, tmp_path: Path):
+    """The attention diagnostics come from the search that made the hypotheses, and agree with the same
+    measures computed here from a search of our own; --plot also draws them."""
+    data = tiny_run_dir.parent / "data"
+    src, ref = data / "test.src", data / "test.tgt"
+    report, plot = tmp_path / "report.json", tmp_path / "curve.png"
+    result = run_cli(
+        "eval", "--model", str(tiny_run_dir), "--src", str(src), "--ref", str(ref), "--by-length",
+        "--buckets", "0,4,8", "--bootstrap", "0", "--output", str(report), "--plot", str(plot),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (system,) = json.loads(report.read_text())["diagnostics"]
+    overall = system["rows"][0]
+    assert overall["bucket"] == "all" and 0 <= overall["entropy"] <= 1 and 0 <= overall["dropped"] <= 1
+    assert [row["bucket"] for row in system["rows"]] == ["all", "0-4", "4-8", "8+"]
+    assert (tmp_path / "curve.diagnostics.png").read_bytes().startswith(b"\x89PNG")
+
+    model, vocab, config = load_trained(tiny_run_dir)
+    translator = Translator(model, vocab, config.decode, "cpu", with_attention=True)
+    sources, references = src.read_text().splitlines(), ref.read_text().splitlines()
+    counts = [
+        sentence_counts(t.texts[0] if t.texts else "", reference, sentence_attention(translator, t))
+        for t, reference in zip(translator.translate(sources), references, strict=True)
+    ]
+    assert bucket_row("all", counts, attention=True) == overall
 
 
 def test_eval_model_needs_src(tiny_run_dir: Path):

@@ -23,14 +23,8 @@ A malformed link or a word number outside the sentence is an error naming the fi
 From attention to word links. The model reads sentencepiece pieces. Each word is encoded on its own, so
 which pieces belong to which word is known exactly; sentencepiece splits lines on whitespace before anything
 else, so the concatenation is what it gives for the whole line. The piece matrix alpha (target pieces x
-source pieces) becomes a word matrix in two steps:
-- source side, the SUM over a word's pieces: alpha_t is a probability distribution over source positions,
-  so the probability that step t attends to word w is the sum over w's pieces. The max would rank a word
-  the model attends to through several of its pieces below a one-piece word holding a smaller share.
-- target side, the MEAN over a word's pieces: each target piece has its own distribution over the source
-  and their mean is one again, so a threshold means the same for a word of one piece and of five.
-The weight on the source </s> and the row that predicts the target </s> belong to no word: they are dropped
-(a row may then sum to less than 1).
+source pieces) becomes a word matrix as `diagnostics.word_attention` forms it (the sum over a source
+word's pieces, the mean over a target word's pieces, the </s> row and column dropped).
 
 Links. `argmax`: every target word links to its most attended source word, one link per target word (the
 rule of Garg et al. 2019 and of most attention-alignment work). `threshold`: every pair whose word-level
@@ -58,6 +52,7 @@ from ..decoding.forced import by_source_length, forced_pass
 from ..errors import UserError
 from ..io import read_lines
 from .by_length import bucket_index, bucket_labels, word_counts
+from .diagnostics import word_attention
 
 GOLD_FORMATS = ("pharaoh", "naacl")
 METHODS = ("argmax", "threshold")
@@ -210,24 +205,6 @@ def encode_words(
         ids.append([i for word in encoded for i in word])
         counts.append([len(word) for word in encoded])
     return ids, counts
-
-
-def merge_matrix(counts: Sequence[int], mean: bool) -> np.ndarray:
-    """(words, pieces): row w is 1 on the pieces of word w (1/its piece count with `mean`), 0 elsewhere."""
-    owner = np.repeat(np.arange(len(counts)), counts)  # (pieces,): the word of each piece
-    matrix = np.zeros((len(counts), len(owner)))
-    matrix[owner, np.arange(len(owner))] = 1.0
-    if mean:
-        matrix /= np.maximum(matrix.sum(axis=1, keepdims=True), 1.0)
-    return matrix
-
-
-def word_attention(weights: np.ndarray, src_counts: Sequence[int], tgt_counts: Sequence[int]) -> np.ndarray:
-    """Piece attention (target pieces [+ </s>], source pieces [+ </s>]) -> (target words, source words):
-    summed over a source word's pieces, averaged over a target word's pieces (see the module docstring)."""
-    src = merge_matrix(src_counts, mean=False)  # (src words, src pieces)
-    tgt = merge_matrix(tgt_counts, mean=True)  # (tgt words, tgt pieces)
-    return tgt @ weights[: tgt.shape[1], : src.shape[1]] @ src.T
 
 
 def attention_scores(model, vocab, corpus: AlignmentCorpus, device: torch.device | str) -> list[np.ndarray]:

@@ -58,6 +58,7 @@ from .bootstrap import (
     randomization_p,
     sentence_stats,
 )
+from .diagnostics import SentenceAttention, bucket_row, sentence_counts
 from .report import INTERVAL, METRICS, length_unit, moses_lang_of, words_label
 
 if TYPE_CHECKING:
@@ -69,11 +70,13 @@ REPORT_VERSION = 2
 
 @dataclass(frozen=True)
 class System:
-    """One system's output: a label for tables and legends, one hypothesis per reference line."""
+    """One system's output: a label for tables and legends, one hypothesis per reference line, and for a
+    trained run searched here its attention (one `SentenceAttention` per line, None for an empty one)."""
 
     label: str
     hypotheses: list[str]
     path: str = ""  # where the hypotheses came from, for messages and the report ("" if not a file)
+    attention: Sequence[SentenceAttention | None] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -414,6 +417,9 @@ def evaluate(
         for subset in [every, *subsets]
     ]
     rows, comparisons = score_groups(by_subset, [every, *subsets], buckets, labels, pairs, scorers, config)
+    groups = [("all", np.arange(len(references)))]
+    if buckets is not None:
+        groups += [(label, np.flatnonzero(buckets == i)) for i, label in enumerate(labels)]
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
@@ -444,7 +450,24 @@ def evaluate(
             {"system": systems[i].label, "baseline": systems[j].label, "rows": compared}
             for (i, j), compared in zip(pairs, comparisons, strict=True)
         ],
+        "diagnostics": [
+            {"label": system.label, "rows": diagnostics_rows(system, references, groups)}
+            for system in systems
+        ],
     }
+
+
+def diagnostics_rows(
+    system: System, references: Sequence[str], groups: Sequence[tuple[str, np.ndarray]]
+) -> list[dict[str, Any]]:
+    """The diagnostics of one system (diagnostics.py) for each (bucket label, its sentences)."""
+    attention = system.attention or [None] * len(references)
+    counts = [
+        sentence_counts(hypothesis, reference, read)
+        for hypothesis, reference, read in zip(system.hypotheses, references, attention, strict=True)
+    ]
+    has_attention = system.attention is not None
+    return [bucket_row(label, [counts[i] for i in members], has_attention) for label, members in groups]
 
 
 def score_groups(
@@ -555,6 +578,7 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """One report holding the systems of several saved ones, to draw them together; buckets must agree."""
     first_name, first = named[0][0], check_report(named[0][1], named[0][0])
     merged = {**first, "systems": list(first["systems"]), "comparisons": list(first["comparisons"])}
+    merged["diagnostics"] = list(first.get("diagnostics", []))
     for name, report in named[1:]:
         check_report(report, name)
         if bucketing(report) != bucketing(first):
@@ -564,6 +588,7 @@ def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
             )
         merged["systems"] += report["systems"]
         merged["comparisons"] += report["comparisons"]
+        merged["diagnostics"] += report.get("diagnostics", [])
     labels = [system["label"] for system in merged["systems"]]
     for label in labels:
         if labels.count(label) > 1:

@@ -3,8 +3,7 @@
 BLEU by length shows that a system fails on long sentences; these measures say how. Each is defined once
 here and in docs/evaluation.md ("Diagnostics"), with how to read it. From the search's own attention
 (the best hypothesis of each sentence, `Translation.hypotheses[0].attention`: no second pass), at the
-level of whitespace words as `seq2seq align` forms them (`align.word_attention`: the sum over a source
-word's pieces, the mean over a target word's pieces, the EOS row and column dropped):
+level of whitespace words (`word_attention`, which `seq2seq align` uses too):
 
 - `entropy`: the attention's entropy at each output word, H_t = -sum_w a_tw log a_tw, divided by
   log(n) for n source words (0: one word attended; 1: all alike), averaged over the output words;
@@ -32,11 +31,36 @@ from typing import Any
 import numpy as np
 
 from ..vocab.pieces import WORD_BOUNDARY
-from .align import word_attention
 
 DROPPED_BELOW = 0.5  # a source word whose coverage is below this was likely left untranslated
 REPEATED_ABOVE = 2.0  # ... above this, translated more than once
 NGRAM = 3  # the n of the repeated n-gram rate
+
+
+def merge_matrix(counts: Sequence[int], mean: bool) -> np.ndarray:
+    """(words, pieces): row w is 1 on the pieces of word w (1/its piece count with `mean`), 0 elsewhere."""
+    owner = np.repeat(np.arange(len(counts)), counts)  # (pieces,): the word of each piece
+    matrix = np.zeros((len(counts), len(owner)))
+    matrix[owner, np.arange(len(owner))] = 1.0
+    if mean:
+        matrix /= np.maximum(matrix.sum(axis=1, keepdims=True), 1.0)
+    return matrix
+
+
+def word_attention(weights: np.ndarray, src_counts: Sequence[int], tgt_counts: Sequence[int]) -> np.ndarray:
+    """Piece attention (target pieces [+ </s>], source pieces [+ </s>]) -> (target words, source words),
+    given each word's number of pieces.
+
+    Source side, the SUM over a word's pieces: alpha_t is a probability distribution over source
+    positions, so the probability that step t attends to word w is the sum over w's pieces (the max would
+    rank a word attended through several pieces below a one-piece word holding a smaller share). Target
+    side, the MEAN over a word's pieces: each target piece has its own distribution over the source and
+    their mean is one again, so a threshold means the same for a word of one piece and of five. The
+    weight on the source </s> and the row that predicts the target </s> belong to no word: they are
+    dropped (a row may then sum to less than 1)."""
+    src = merge_matrix(src_counts, mean=False)  # (src words, src pieces)
+    tgt = merge_matrix(tgt_counts, mean=True)  # (tgt words, tgt pieces)
+    return tgt @ weights[: tgt.shape[1], : src.shape[1]] @ src.T
 
 
 @dataclass(frozen=True)
@@ -58,6 +82,16 @@ DIAGNOSTICS = (
     Diagnostic("repeated_ngrams", f"rep. {NGRAM}-grams", 3, False),
     Diagnostic("length_ratio", "len. ratio", 3, False),
 )
+
+
+@dataclass(frozen=True)
+class SentenceAttention:
+    """What the search attended for one sentence's best hypothesis: weights (target pieces + EOS, source
+    pieces + EOS) and the pieces that label them (without EOS)."""
+
+    weights: np.ndarray
+    src_pieces: Sequence[str]
+    tgt_pieces: Sequence[str]
 
 
 @dataclass(frozen=True)
@@ -113,21 +147,18 @@ def ngram_counts(words: Sequence[str], n: int = NGRAM) -> tuple[int, int]:
 
 
 def sentence_counts(
-    hypothesis: str,
-    reference: str,
-    attention: np.ndarray | None = None,
-    src_pieces: Sequence[str] = (),
-    tgt_pieces: Sequence[str] = (),
+    hypothesis: str, reference: str, attention: SentenceAttention | None = None
 ) -> SentenceCounts:
-    """The counts of one sentence: `attention` (target pieces + EOS, source pieces + EOS), labelled by
-    `src_pieces` and `tgt_pieces` (without EOS), or None for a system without attention."""
+    """The counts of one sentence; without `attention` (a system without it, or an empty line) the
+    attention measures are None."""
     words = hypothesis.split()
     grams, repeats = ngram_counts(words)
-    source_words = len(piece_counts(src_pieces))
     entropy = dropped = repeated = backward = None
-    steps = max(len(piece_counts(tgt_pieces)) - 1, 0)
+    source_words = steps = 0
     if attention is not None:
-        weights = word_attention(attention, piece_counts(src_pieces), piece_counts(tgt_pieces))
+        src_counts, tgt_counts = piece_counts(attention.src_pieces), piece_counts(attention.tgt_pieces)
+        source_words, steps = len(src_counts), max(len(tgt_counts) - 1, 0)
+        weights = word_attention(attention.weights, src_counts, tgt_counts)
         entropy, dropped, repeated, backward = attention_counts(weights)
     return SentenceCounts(
         entropy,
@@ -143,20 +174,19 @@ def sentence_counts(
     )
 
 
-def bucket_row(bucket: str, counts: Sequence[SentenceCounts]) -> dict[str, Any]:
-    """One row of the diagnostics table: the bucket's sentences pooled (module docstring)."""
+def bucket_row(bucket: str, counts: Sequence[SentenceCounts], attention: bool) -> dict[str, Any]:
+    """One row of the diagnostics table: the bucket's sentences pooled (module docstring); the attention
+    measures of a system with `attention` (sentences without it, empty lines, are left out of them)."""
+    attended = [c for c in counts if c.entropy is not None] if attention else []
+    words = sum(c.source_words for c in attended)
+    steps = sum(c.steps for c in attended)
     row: dict[str, Any] = {"bucket": bucket, "count": len(counts)}
-    with_attention = bool(counts) and all(c.entropy is not None for c in counts)
-    words = sum(c.source_words for c in counts)
-    steps = sum(c.steps for c in counts)
-    grams = sum(c.ngrams for c in counts)
-    reference = sum(c.reference_words for c in counts)
-    row["entropy"] = float(np.mean([c.entropy for c in counts])) if with_attention else None
-    row["dropped"] = _share(sum(c.dropped for c in counts), words) if with_attention else None
-    row["repeated"] = _share(sum(c.repeated for c in counts), words) if with_attention else None
-    row["backward"] = _share(sum(c.backward for c in counts), steps) if with_attention else None
-    row["repeated_ngrams"] = _share(sum(c.repeated_ngrams for c in counts), grams)
-    row["length_ratio"] = _share(sum(c.output_words for c in counts), reference)
+    row["entropy"] = float(np.mean([c.entropy for c in attended])) if attended else None
+    row["dropped"] = _share(sum(c.dropped for c in attended), words) if attended else None
+    row["repeated"] = _share(sum(c.repeated for c in attended), words) if attended else None
+    row["backward"] = _share(sum(c.backward for c in attended), steps) if attended else None
+    row["repeated_ngrams"] = _share(sum(c.repeated_ngrams for c in counts), sum(c.ngrams for c in counts))
+    row["length_ratio"] = _share(sum(c.output_words for c in counts), sum(c.reference_words for c in counts))
     return row
 
 

@@ -100,13 +100,15 @@ def render_html(
     report: dict[str, Any],
     *,
     curve_svg: str = "",
+    diagnostics_svg: str = "",
     examples: Sequence[dict[str, Any]] = (),
     heatmaps: Sequence[dict[str, str]] = (),
     alignment: dict[str, Any] | None = None,
     title: str = "BLEU by sentence length",
 ) -> str:
-    """The page. curve_svg: the length curve as an `<svg>` element ("" when not bucketed); heatmaps:
-    [{"title": str, "svg": str}]; alignment: see the module docstring (its section is left out if None)."""
+    """The page. curve_svg, diagnostics_svg: the length curve and the diagnostics by length as `<svg>`
+    elements ("" when not bucketed); heatmaps: [{"title": str, "svg": str}]; alignment: see the module
+    docstring (its section is left out if None)."""
     parts = [f"<h1>{escape(title)}</h1>"]
     parts.append(
         '<div class="notes">' + "".join(f"<p>{escape(line)}</p>" for line in notes(report)) + "</div>"
@@ -116,6 +118,12 @@ def render_html(
             "BLEU per length bucket, bands: 95% bootstrap intervals, black markers: significant differences"
         )
         parts.append(_figure(curve_svg, caption, "curve"))
+    if diagnostics_svg:
+        caption = (
+            "Why long sentences fail: attention entropy, dropped and repeated source words, backward jumps, "
+            "repeated n-grams and length ratio per bucket (docs/evaluation.md)"
+        )
+        parts.append(_figure(diagnostics_svg, caption, "diagnostics"))
     parts.append("<h2>Scores</h2>" + "".join(_table(table, "p<0.05") for table in tables(report)))
     if examples:
         parts.append(_examples(examples))

@@ -1,4 +1,5 @@
-"""Figures: the paper's BLEU-against-sentence-length curve (Bahdanau et al. 2014, Fig. 2).
+"""Figures: the paper's BLEU-against-sentence-length curve (Bahdanau et al. 2014, Fig. 2), the
+diagnostics by length, and a run's training curves.
 
 Figures are built with matplotlib's object API on an Agg canvas (no pyplot global state, no display),
 so they draw the same on a headless server; files are written atomically, never half-drawn.
@@ -16,6 +17,7 @@ from matplotlib.figure import Figure
 
 from ..errors import UserError
 from ..io import atomic_write
+from .diagnostics import DIAGNOSTICS
 from .report import bucket_rows, length_unit
 
 IMAGE_FORMATS = ("png", "pdf", "svg")
@@ -140,6 +142,38 @@ def curve_figure(report: dict[str, Any]) -> Figure:
 
 def save_curve(report: dict[str, Any], path: str | Path) -> None:
     save_figure(curve_figure(report), path)
+
+
+def diagnostics_figure(report: dict[str, Any]) -> Figure:
+    """Each diagnostic (diagnostics.py) per length bucket, one panel each, one line per system; a system
+    without attention has lines in the output-side panels only."""
+    buckets = [bucket["label"] for bucket in report["buckets"]]
+    if not buckets or not report.get("diagnostics"):
+        raise UserError("the report has no diagnostics by length: evaluate with `seq2seq eval --by-length`")
+    figure = Figure(figsize=(12, 6.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    panels = figure.subplots(2, (len(DIAGNOSTICS) + 1) // 2).ravel()
+    x = np.arange(len(buckets))
+    for axes, diagnostic in zip(panels, DIAGNOSTICS, strict=False):
+        for k, system in enumerate(report["diagnostics"]):
+            rows = {row["bucket"]: row for row in system["rows"]}
+            values = _values([rows[bucket] for bucket in buckets], diagnostic.key)
+            if not np.isnan(values).all():
+                axes.plot(x, values, marker="o", color=f"C{k}", label=system["label"])
+        axes.set_title(diagnostic.header)
+        axes.set_xticks(x, buckets, fontsize="small")
+        axes.set_ylim(bottom=0)
+        axes.grid(alpha=0.3)
+    panels[0].legend(fontsize="small")
+    figure.supxlabel(f"{report['bucket_by'].capitalize()} sentence length ({length_unit(report)})")
+    figure.suptitle("Why long sentences fail: diagnostics by length (docs/evaluation.md)")
+    return figure
+
+
+def diagnostics_path(curve: str | Path) -> Path:
+    """Where `eval --plot CURVE` draws the diagnostics: beside the curve, `<name>.diagnostics.<ext>`."""
+    curve = Path(curve)
+    return curve.with_name(f"{curve.stem}.diagnostics{curve.suffix}")
 
 
 def training_figure(records: list[dict[str, Any]], title: str = "") -> Figure:

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .diagnostics import DIAGNOSTICS
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -167,12 +169,31 @@ def comparison_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
     return Table(title, COMPARISON_COLUMNS, rows, left=3)
 
 
+DIAGNOSTICS_TITLE = "Diagnostics (docs/evaluation.md: entropy, dropped, repeated, backward, n-grams)"
+
+
+def diagnostics_table(report: dict[str, Any]) -> Table:
+    """The diagnostics (diagnostics.py) per system and bucket ("all" first); '-' where a measure needs
+    attention the system has not, or a bucket has nothing to count."""
+    rows = [
+        [system["label"], row["bucket"], str(row["count"])]
+        + [_number(row[diagnostic.key], diagnostic.digits) for diagnostic in DIAGNOSTICS]
+        for system in report.get("diagnostics", [])
+        for row in system["rows"]
+    ]
+    columns = ("system", "bucket", "count", *(diagnostic.header for diagnostic in DIAGNOSTICS))
+    return Table(DIAGNOSTICS_TITLE, columns, rows, left=2)
+
+
 def tables(report: dict[str, Any]) -> list[Table]:
-    """Scores per subset, then the paired differences per subset when there are two systems or more."""
-    scores = [score_table(report, subset) for subset in report["subsets"]]
-    if not report["comparisons"]:
-        return scores
-    return scores + [comparison_table(report, subset) for subset in report["subsets"]]
+    """Scores per subset, the paired differences per subset when there are two systems or more, then the
+    diagnostics when the report has them."""
+    found = [score_table(report, subset) for subset in report["subsets"]]
+    if report["comparisons"]:
+        found += [comparison_table(report, subset) for subset in report["subsets"]]
+    if report.get("diagnostics"):
+        found.append(diagnostics_table(report))
+    return found
 
 
 def notes(report: dict[str, Any]) -> list[str]:
@@ -261,6 +282,7 @@ def csv_fields() -> tuple[str, ...]:
         "delta_high",
         "p_value",
         "significant",
+        *(diagnostic.key for diagnostic in DIAGNOSTICS),
     )
 
 
@@ -269,11 +291,23 @@ def render_csv(report: dict[str, Any]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=csv_fields(), lineterminator="\n")
     writer.writeheader()
+    diagnosed = {  # (system, bucket) -> its diagnostics, written on the row of all sentences
+        (system["label"], row["bucket"]): {d.key: row[d.key] for d in DIAGNOSTICS}
+        for system in report.get("diagnostics", [])
+        for row in system["rows"]
+    }
     for system in report["systems"]:
         for row in system["rows"]:
             bucket = bounds.get(row["bucket"], {})
+            extra = diagnosed.get((system["label"], row["bucket"]), {}) if row["subset"] == "all" else {}
             writer.writerow(
-                {**row, "system": system["label"], "low": bucket.get("low"), "high": bucket.get("high")}
+                {
+                    **row,
+                    **extra,
+                    "system": system["label"],
+                    "low": bucket.get("low"),
+                    "high": bucket.get("high"),
+                }
             )
     for comparison in report["comparisons"]:  # the paired differences, after the scores
         for row in comparison["rows"]:

@@ -29,18 +29,20 @@ from .by_length import (
     read_text,
     shortlist_subset,
 )
+from .diagnostics import SentenceAttention
 from .report import render
 
 if TYPE_CHECKING:
     import torch
 
-    from ..decoding.translate import Translator
+    from ..decoding.loader import Runs
+    from ..decoding.translate import Translation, Translator
     from ..vocab.pieces import Vocab
 
 # the `eval` keys a call may override
 EVAL_KEYS = ("buckets", "bucket_by", "words", "bootstrap", "seed", "min_bucket_size", "significance")
 SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}  # report format by file extension
-HTML_HEATMAPS = 3  # attention heat maps per trained run in the HTML report
+HTML_HEATMAPS = 3  # attention heat maps per trained run in an HTML report without length buckets
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,29 @@ def translate_run(
 
     loaded = load_runs(runs, device)
     translator = loaded.translator()
-    hypotheses = [t.texts[0] if t.texts else "" for t in translator.translate(sources)]
+    attending = translator.with_settings(translator.cfg, with_attention=True)  # for the diagnostics
+    translations = attending.translate(sources)
+    hypotheses = [t.texts[0] if t.texts else "" for t in translations]
     write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
     info(f"eval: translated {len(sources)} lines with {' + '.join(map(str, runs))} -> {hyp_path}")
-    return TranslatedRun(System(label, hypotheses, str(hyp_path)), translator, loaded.configs[0])
+    attention = [sentence_attention(translator, t) for t in translations]
+    system = System(label, hypotheses, str(hyp_path), attention if loaded_attends(loaded) else None)
+    return TranslatedRun(system, translator, loaded.configs[0])
+
+
+def loaded_attends(loaded: Runs) -> bool:
+    """Whether a loaded run (or any run of an ensemble) has attention: RNNencdec's is uniform, not read."""
+    return any(config.model.attention != "none" for config in loaded.configs)
+
+
+def sentence_attention(translator: Translator, translation: Translation) -> SentenceAttention | None:
+    """The best hypothesis' attention with the pieces that label it (None for an empty line)."""
+    if not translation.hypotheses or translation.hypotheses[0].attention is None:
+        return None
+    tokens = translation.hypotheses[0].tokens
+    return SentenceAttention(
+        translation.hypotheses[0].attention, translation.src_pieces, translator.vocab.tgt_pieces(tokens)
+    )
 
 
 def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: dict[str, str]) -> EvalConfig:
@@ -215,10 +236,13 @@ def write_report(report: dict[str, Any], fmt: str | None, output: Path | None, p
         shown = render(report, "text")
         info(f"wrote {output}")
     if plot is not None:
-        from .plots import save_curve  # matplotlib is slow to import: only when drawing
+        from .plots import diagnostics_figure, diagnostics_path, save_curve, save_figure  # (slow to import)
 
         save_curve(report, plot)
         info(f"wrote {plot}")
+        if report.get("diagnostics"):
+            save_figure(diagnostics_figure(report), diagnostics_path(plot))
+            info(f"wrote {diagnostics_path(plot)}")
     return shown
 
 
@@ -230,12 +254,11 @@ def read_alignment(path: Path) -> dict[str, Any]:
     return section
 
 
-def attention_heatmaps(run: TranslatedRun, sources: list[str]) -> list[dict[str, str]]:
-    """[{"title", "svg"}] of a few sources spread over lengths, as the run attends while translating them."""
-    from .heatmap import attention_figure, pick_by_length
+def attention_heatmaps(run: TranslatedRun, sources: list[str], lines: Sequence[int]) -> list[dict[str, str]]:
+    """[{"title", "svg"}] of the given source lines, as the run attends while translating them."""
+    from .heatmap import attention_figure
     from .plots import svg_text
 
-    lines = pick_by_length(sources, HTML_HEATMAPS)
     run.translator.with_attention = True
     heatmaps = []
     for line, translation in zip(lines, run.translator.translate([sources[i] for i in lines]), strict=True):
@@ -248,18 +271,32 @@ def attention_heatmaps(run: TranslatedRun, sources: list[str]) -> list[dict[str,
 
 def write_html(path: Path, evaluation: Evaluation, alignment: dict[str, Any] | None = None) -> None:
     """The self-contained HTML report (see `html_report`); heat maps of the trained runs with attention."""
+    from .heatmap import pick_by_length
     from .html_report import render_html
-    from .plots import curve_figure, svg_text  # matplotlib is slow to import: only when drawing
+    from .plots import curve_figure, diagnostics_figure, svg_text  # (matplotlib: slow to import)
 
     report = evaluation.report
     curve = svg_text(curve_figure(report)) if report["buckets"] else ""
+    diagnostics = svg_text(diagnostics_figure(report)) if report["buckets"] else ""
+    examples = differing_examples(report, evaluation.systems, evaluation.references, evaluation.sources)
+    sources = evaluation.sources or []
+    if report["buckets"]:  # the worst example of each bucket, as each attention run attends
+        lines = [group["sentences"][0]["line"] for group in examples if group["sentences"]]
+    else:
+        lines = pick_by_length(sources, HTML_HEATMAPS)
     heatmaps = [
         heatmap
         for run in evaluation.translated
-        if run.config.model.attention != "none"
-        for heatmap in attention_heatmaps(run, evaluation.sources or [])
+        if run.config.model.attention != "none" and sources
+        for heatmap in attention_heatmaps(run, sources, lines)
     ]
-    examples = differing_examples(report, evaluation.systems, evaluation.references, evaluation.sources)
-    page = render_html(report, curve_svg=curve, examples=examples, heatmaps=heatmaps, alignment=alignment)
+    page = render_html(
+        report,
+        curve_svg=curve,
+        diagnostics_svg=diagnostics,
+        examples=examples,
+        heatmaps=heatmaps,
+        alignment=alignment,
+    )
     write_text(path, page)
     info(f"wrote {path}")
