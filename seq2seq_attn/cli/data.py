@@ -1,4 +1,5 @@
-"""`seq2seq data prepare`: read the configured corpus, clean it, write line-aligned splits and a manifest."""
+"""`seq2seq data prepare`: read the configured corpus, clean it, write line-aligned splits and a manifest;
+`seq2seq data long-inputs`: a long-input test set joined from a test set's consecutive pairs."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .config import CONFIG_ARG, SET, SET_OPTION
 def register(app: typer.Typer) -> None:
     data_app = typer.Typer(help="Prepare the parallel corpus.", no_args_is_help=True)
     data_app.command("prepare")(prepare_command)
+    data_app.command("long-inputs")(long_inputs_command)
     app.add_typer(data_app, name="data")
 
 
@@ -82,3 +84,31 @@ def reading_notes(manifest: dict) -> list[str]:
                 f"{counts['byte_order_marks']} byte-order mark(s)"
             )
     return notes
+
+
+def long_inputs_command(
+    src: Path = typer.Option(..., "--src", help="Test sources, one sentence per line.", show_default=False),
+    ref: Path = typer.Option(..., "--ref", help="Their references, line-aligned.", show_default=False),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Folder for long.src, long.tgt and manifest.json.", show_default=False
+    ),
+    sentences: int = typer.Option(
+        8, "--sentences", help="At most this many pairs per input (at least 2).", min=2
+    ),
+    max_words: int = typer.Option(
+        200, "--max-words", help="Stop adding pairs before the source passes this."
+    ),
+    seed: int = typer.Option(1, "--seed", help="Seed of the number of pairs each input joins."),
+) -> None:
+    """Join consecutive test pairs into long inputs of 2 to --sentences sentences (concatenated, not natural
+    long sentences), references aligned; `seq2seq eval --by-length` then extends the curve past the test
+    set's longest sentences (raise decode.max_src_tokens with `eval --set`)."""
+    from ..data.long_inputs import MANIFEST as LONG_MANIFEST
+    from ..data.long_inputs import write_long_inputs
+
+    built = write_long_inputs(src, ref, output, sentences, max_words, seed)
+    longest, pairs = max(len(line.split()) for line in built.sources), sum(map(len, built.groups))
+    console.info(
+        f"long inputs: {len(built.groups)} inputs of {pairs} test pairs, up to {longest} words, in {output} "
+        f"(see {output / LONG_MANIFEST})"
+    )

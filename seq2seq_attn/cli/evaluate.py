@@ -9,10 +9,12 @@ from pathlib import Path
 import typer
 
 from ..config import EvalConfig, choices_enum, override
+from ..config.loader import apply_override
 from ..errors import UserError
 from ..evaluation.by_length import comparison_pairs, load_systems, parse_edges
 from ..evaluation.systems import default_run_label, evaluate_runs, read_alignment, write_html, write_report
 from ..io import check_writable
+from .config import SET
 from .options import run_default_option
 
 BucketBy = choices_enum(EvalConfig, "bucket_by")
@@ -134,6 +136,13 @@ def eval_command(
         "--alignment",
         help="With --html: add the attention alignment quality (AER) that `seq2seq align --json` wrote.",
     ),
+    decode_sets: list[str] = typer.Option(
+        [],
+        SET,
+        metavar="decode.KEY=VALUE",
+        help="Change a decode key of the --model runs' search, typed like YAML: --set "
+        "decode.max_src_tokens=1024 (repeatable).",
+    ),
     moses_bleu: str | None = typer.Option(
         None,
         "--moses-bleu",
@@ -167,6 +176,7 @@ def eval_command(
         "significance": significance.value if significance else None,
     }
     override(EvalConfig(), given, "eval.", OPTIONS)  # a bad option fails before any translation
+    decode = decode_changes(decode_sets)
     systems = load_systems(hyp, label[: len(hyp)])
     runs = list(zip(trained, label[len(hyp) :] or map(default_run_label, trained), strict=True))
     comparison_pairs(
@@ -184,10 +194,22 @@ def eval_command(
         moses_lang=moses_bleu,
         words_lang=words_lang,
         keep_in=output.parent if output is not None else None,
+        decode=decode,
     )
     typer.echo(write_report(evaluation.report, fmt.value if fmt else None, output, plot), nl=False)
     if html is not None:
         write_html(html, evaluation, aer)
+
+
+def decode_changes(items: list[str]) -> dict[str, object]:
+    """`--set decode.KEY=VALUE` items as {KEY: value}; a key of another section is an error."""
+    raw: dict = {}
+    for item in items:
+        apply_override(raw, item, SET)
+    others = sorted(raw.keys() - {"decode"})
+    if others:
+        raise UserError(f"{SET}: eval changes decode keys only (decode.KEY=VALUE), not {others[0]}.*")
+    return raw.get("decode", {})
 
 
 def ensemble_runs(value: str) -> list[Path]:

@@ -77,6 +77,7 @@ class System:
     hypotheses: list[str]
     path: str = ""  # where the hypotheses came from, for messages and the report ("" if not a file)
     attention: Sequence[SentenceAttention | None] | None = None
+    sources_cut: int | None = None  # a trained run's sources cut to decode.max_src_tokens pieces
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -442,7 +443,12 @@ def evaluate(
         },
         "min_bucket_size": config.min_bucket_size,
         "systems": [
-            {"label": system.label, "hypotheses": system.path or None, "rows": system_rows}
+            {
+                "label": system.label,
+                "hypotheses": system.path or None,
+                "sources_cut": system.sources_cut,
+                "rows": system_rows,
+            }
             for system, system_rows in zip(systems, rows, strict=True)
         ],
         "significance": {"test": config.significance, "alpha": ALPHA, "baseline": baseline},

@@ -81,21 +81,31 @@ def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) 
 
 
 def translate_run(
-    runs: Sequence[Path], label: str, sources: list[str], hyp_path: Path, device: torch.device
+    runs: Sequence[Path],
+    label: str,
+    sources: list[str],
+    hyp_path: Path,
+    device: torch.device,
+    decode: dict[str, Any] | None = None,
 ) -> TranslatedRun:
     """Translate `sources` with a trained run (or the ensemble of `runs`) and its own decode settings (the
-    first run's), and keep the hypotheses file."""
+    first run's) changed by `decode` (key -> value, `eval --set decode.KEY=VALUE`), and keep the
+    hypotheses file. Says how many sources were cut to `decode.max_src_tokens` pieces."""
     from ..decoding.loader import load_runs
 
     loaded = load_runs(runs, device)
-    translator = loaded.translator()
+    translator = loaded.translator(decode, {key: f"--set decode.{key}" for key in decode or {}})
+    cut = sum(len(ids) > translator.cfg.max_src_tokens for ids in translator.vocab.encode_src(sources))
+    if cut:
+        most = translator.cfg.max_src_tokens
+        info(f"eval: {cut} of {len(sources)} sources cut to decode.max_src_tokens={most} pieces")
     attending = translator.with_settings(translator.cfg, with_attention=True)  # for the diagnostics
     translations = attending.translate(sources)
     hypotheses = [t.texts[0] if t.texts else "" for t in translations]
     write_text(hyp_path, "".join(line + "\n" for line in hypotheses))
     info(f"eval: translated {len(sources)} lines with {' + '.join(map(str, runs))} -> {hyp_path}")
     attention = [sentence_attention(translator, t) for t in translations]
-    system = System(label, hypotheses, str(hyp_path), attention if loaded_attends(loaded) else None)
+    system = System(label, hypotheses, str(hyp_path), attention if loaded_attends(loaded) else None, cut)
     return TranslatedRun(system, translator, loaded.configs[0])
 
 
@@ -179,6 +189,7 @@ def evaluate_runs(
     moses_lang: str | None = None,
     words_lang: str | None = None,
     keep_in: Path | None = None,
+    decode: dict[str, Any] | None = None,
 ) -> Evaluation:
     """Score `systems` and the trained `runs` ((runs, label) pairs: one run, or an ensemble's) against the
     references.
@@ -201,7 +212,7 @@ def evaluate_runs(
         device = resolve_device("auto", "the device")
         for paths, label in runs:
             hyp_path = hypotheses_path(paths[0], label, sources_path, keep_in)
-            translated.append(translate_run(paths, label, sources, hyp_path, device))
+            translated.append(translate_run(paths, label, sources, hyp_path, device, decode))
     systems = [*systems, *(run.system for run in translated)]
     section = runs_eval_section([run.config for run in translated], given, names)
     config = override(section, given, "eval.", names)
