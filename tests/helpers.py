@@ -201,7 +201,7 @@ class ScriptedModel(nn.Module):
         rows = len(y_prev)
         beams = rows // len(enc.mask)  # search keeps one encoder row per sentence for its beams
         attention = attention.repeat_interleave(beams, dim=0)
-        return row.log().expand(rows, -1), DecoderState(hidden=state.hidden + 1), attention
+        return row.log().expand(rows, -1).clone(), DecoderState(hidden=state.hidden + 1), attention
 
 
 # ----------------------------------------------------------------------------------------------------------

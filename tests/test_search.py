@@ -23,8 +23,10 @@ from seq2seq_attn.decoding import search as search_module
 from seq2seq_attn.decoding.ensemble import Ensemble
 from seq2seq_attn.decoding.int8 import quantized
 from seq2seq_attn.decoding.search import (
+    COVERAGE_FLOOR,
     Rows,
     SearchModel,
+    coverage_penalty,
     length_penalty,
     pad_sources,
     score_bound,
@@ -287,6 +289,37 @@ def test_search_keeps_going_while_a_longer_hypothesis_can_still_win(
     assert best.tokens == expected
 
 
+def test_the_coverage_penalty_ranks_as_its_formula_says() -> None:
+    """Wu et al. 2016, eq. 14: score = log p / lp + beta * sum_j log(min(c_j, 1)). The early EOS attends the
+    first of three source pieces only; "5 5 5 5 5 5" attends all three. Without the penalty the early EOS
+    wins (no length normalisation); with it, the hypothesis that covers the source does."""
+    attend = [0, 1, 2, 0, 1, 2, 0]  # step t attends source piece attend[t] (one-hot)
+    source = [7, 8, 9]
+    cfg = decode(beam_size=2, nbest=2, length_penalty="none", max_len_a=0.0, max_len_b=20)
+    plain = translate_ids(ScriptedModel(EARLY_EOS_SCRIPT, attend), [source], cfg, "cpu")[0]
+    assert [h.tokens for h in plain] == [[], [5] * 6]
+    beta = 0.2
+    covered = translate_ids(
+        ScriptedModel(EARLY_EOS_SCRIPT, attend),
+        [source],
+        dataclasses.replace(cfg, coverage_penalty=beta),
+        "cpu",
+    )[0]
+    assert [h.tokens for h in covered] == [[5] * 6, []]
+    by_tokens = {len(h.tokens): h for h in covered}
+    # the early EOS: coverage (1, 0, 0) -> two pieces at the floor; the long one: (3, 2, 2) -> all capped at 1
+    assert by_tokens[0].score == pytest.approx(by_tokens[0].log_prob + beta * 2 * math.log(COVERAGE_FLOOR))
+    assert by_tokens[6].score == pytest.approx(by_tokens[6].log_prob)
+    assert sorted(h.log_prob for h in covered) == pytest.approx(sorted(h.log_prob for h in plain))
+
+
+def test_the_coverage_penalty_of_a_coverage():
+    coverage = torch.tensor([0.5, 2.0, 0.0, 9.0])  # the last: the source EOS, not counted
+    assert coverage_penalty(coverage, 3, 0.0) == 0.0
+    expected = 0.3 * (math.log(0.5) + math.log(1.0) + math.log(COVERAGE_FLOOR))
+    assert coverage_penalty(coverage, 3, 0.3) == pytest.approx(expected)
+
+
 @pytest.mark.parametrize(
     ("stopping", "nbest", "expected", "steps"),
     [
@@ -325,14 +358,18 @@ def test_both_stopping_rules_are_batch_invariant(copy_model) -> None:
     max_len=st.integers(0, 60),
     penalty=st.sampled_from(PENALTIES),
     alpha=st.floats(0, 2),
+    coverage=st.lists(st.floats(0, 5), min_size=1, max_size=8),
+    beta=st.floats(0, 2),
 )
 def test_score_bound_is_an_upper_bound_on_every_completion(
-    log_p, drop, length, extra, max_len, penalty, alpha
+    log_p, drop, length, extra, max_len, penalty, alpha, coverage, beta
 ):
-    """Any completion (log p falls by `drop`, length grows by `extra`, within max_len) scores <= the bound."""
+    """Any completion (log p falls by `drop`, length grows by `extra`, within max_len, with any coverage)
+    scores <= the bound: the coverage penalty is never above 0."""
     final_length = min(length + extra, max_len + 1)
-    cfg = decode(length_penalty=penalty, alpha=alpha)
-    completion = (log_p - drop) / length_penalty(final_length, penalty, alpha)
+    cfg = decode(length_penalty=penalty, alpha=alpha, coverage_penalty=beta)
+    cp = coverage_penalty(torch.tensor(coverage), len(coverage), beta)
+    completion = (log_p - drop) / length_penalty(final_length, penalty, alpha) + cp
     assert completion <= score_bound(log_p, max_len, cfg) + 1e-9
 
 

@@ -416,6 +416,15 @@ class DecodeConfig:
         "translation without it is searched again with it, at the same beam (GroundHog).",
         short="Never generate <unk>; a sentence with no translation without it is searched again with it.",
     )
+    coverage_penalty: float = option(
+        0.0,
+        "beta of the coverage penalty of Wu et al. 2016 (eq. 14): a finished hypothesis' score gains beta * "
+        "sum_j log(min(c_j, 1)), c_j the attention its steps paid source piece j, so translations that "
+        "leave source pieces unattended rank lower (0: off). Needs attention (RNNencdec's is uniform).",
+        ge=0,
+        short="Coverage penalty beta (Wu et al. 2016), 0 off: ranks lower the translations that leave "
+        "source pieces unattended.",
+    )
     no_repeat_ngram: int = option(
         0,
         "Forbid repeating any n-gram of this size (0: off).",

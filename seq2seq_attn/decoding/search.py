@@ -25,7 +25,12 @@ rows are dropped from the encoder output and the decoder state, so the remaining
 
 Scores: the log-probability of a hypothesis is the sum over its tokens and its EOS; its length L counts
 the tokens plus EOS. The score used for ranking is log p / lp(L) with lp = 1 (`none`), L (`average`) or
-((5 + L) / 6)^alpha (`gnmt`, Wu et al. 2016, eq. 14).
+((5 + L) / 6)^alpha (`gnmt`, Wu et al. 2016, eq. 14), plus, with `decode.coverage_penalty` beta > 0, the
+coverage penalty of the same equation, cp = beta * sum_j log(min(c_j, 1)): c_j, the attention all the
+hypothesis' steps (its EOS included) paid source piece j (the source EOS not counted), so a translation
+that leaves source pieces unattended scores lower (c_j is floored at COVERAGE_FLOOR, so an unattended
+piece costs beta * log(COVERAGE_FLOOR), not minus infinity). cp <= 0, so it lowers no bound
+(`score_bound`).
 
 Batch invariance: nothing in a sentence's search reads another sentence's rows: constraints, top-k,
 stopping and scores are per row; padding is masked by the model. Within a sentence, ties in top-k are
@@ -65,6 +70,7 @@ NEG_INF = float("-inf")
 FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token
 TOPK_BLOCK = 32  # tokens per block in `top_candidates`
 RETRY_BEAM_LIMIT = 500  # GroundHog doubles the beam of a sentence with no translation while under this
+COVERAGE_FLOOR = 1e-6  # the least coverage a source piece counts with in the coverage penalty
 
 
 @runtime_checkable
@@ -149,8 +155,19 @@ def score_bound(open_log_prob: float, max_len: int, cfg: DecodeConfig) -> float:
     log p <= 0, that is largest for the largest lp, i.e. L' = max_len + 1. A shorter bound would be wrong:
     with `average` or `gnmt` a hypothesis' normalised score can still rise as it grows (log p falls by
     less than lp grows), so only the longest possible length bounds it.
+
+    With the coverage penalty, a completion's cp is at most 0 (full coverage), so the bound adds 0.
     """
-    return open_log_prob / length_penalty(max_len + 1, cfg.length_penalty, cfg.alpha)
+    return open_log_prob / length_penalty(max_len + 1, cfg.length_penalty, cfg.alpha) + 0.0  # + max cp
+
+
+def coverage_penalty(coverage: Tensor, src_len: int, beta: float) -> float:
+    """beta * sum_j log(min(c_j, 1)) over the first `src_len` source pieces (module docstring); coverage
+    (src_len + 1 or more,): the attention summed over a hypothesis' steps."""
+    if not beta:
+        return 0.0
+    covered = coverage[:src_len].clamp(min=COVERAGE_FLOOR, max=1.0)
+    return beta * float(covered.log().sum())
 
 
 @dataclass
@@ -167,6 +184,7 @@ class Beams:
     log_p: Tensor  # (sentences, k) log p of each open hypothesis; -inf marks an empty slot
     tokens: Tensor  # (rows, step) the hypotheses so far
     history: Tensor | None  # (rows, step, src_len) their attention, when asked for
+    coverage: Tensor | None  # (rows, src_len) their attention summed over the steps, for a coverage penalty
     y_prev: Tensor  # (rows,) the last token of each hypothesis
     max_len_rows: Tensor  # (rows,) each row's maximum output length
     min_len_rows: Tensor  # (rows,) each row's minimum output length
@@ -204,11 +222,14 @@ def beam_search(
     max_lens = [max_output_length(n, cfg) for n in src_lens]
     min_lens = [min_output_length(n, cfg) for n in src_lens]
     forbidden = FORBIDDEN + ((UNK_ID,) if cfg.no_unk else ())
-    beams = start(model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention)
+    coverage = cfg.coverage_penalty > 0
+    beams = start(
+        model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention, coverage
+    )
     step = 0
     while beams.alive:
         step_log_probs, beams.state, attention = model.step(beams.enc, beams.state, beams.y_prev)
-        attention = attention.float() if with_attention else None  # (rows, src_len)
+        attention = attention.float() if with_attention or coverage else None  # (rows, src_len)
         top = best_continuations(beams, step_log_probs.float(), step, max_lens, min_lens, cfg)
         record_finished(beams, top, attention, src_lens, cfg)
         top = drop_done(beams, top, step, max_lens, cfg)
@@ -254,8 +275,10 @@ def start(
     min_lens: list[int],
     forbidden: tuple[int, ...],
     with_attention: bool,
+    coverage: bool = False,
 ) -> Beams:
-    """Encode the batch once and open one hypothesis (BOS) per sentence.
+    """Encode the batch once and open one hypothesis (BOS) per sentence; keep each row's attention
+    (`with_attention`) and its running sum (`coverage`) when asked for.
 
     Only one slot of each sentence is open at the start, so that the k copies of BOS do not produce k
     identical hypotheses.
@@ -272,6 +295,7 @@ def start(
         log_p=log_p,
         tokens=torch.empty((batch * k, 0), dtype=torch.long, device=device),
         history=src.new_zeros((batch * k, 0, src.size(-1)), dtype=torch.float) if with_attention else None,
+        coverage=src.new_zeros((batch * k, src.size(-1)), dtype=torch.float) if coverage else None,
         y_prev=torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device),
         max_len_rows=torch.tensor(max_lens, device=device).repeat_interleave(k),
         min_len_rows=torch.tensor(min_lens, device=device).repeat_interleave(k),
@@ -363,10 +387,13 @@ def record_finished(
         words = beams.tokens[row].tolist()
         lp = float(top.log_p[a, j])
         weights = None
-        if attention is not None:
+        if beams.history is not None:
             columns = src_lens[sentence] + 1  # the source pieces and its EOS
             weights = torch.cat([beams.history[row], attention[row : row + 1]])[:, :columns].cpu().numpy()
         score = lp / length_penalty(len(words) + 1, cfg.length_penalty, cfg.alpha)
+        if beams.coverage is not None:  # this step's attention (the EOS's) counts too
+            covered = beams.coverage[row] + attention[row]
+            score += coverage_penalty(covered, src_lens[sentence], cfg.coverage_penalty)
         beams.finished[sentence].append(Hypothesis(words, score, lp, weights))
     beams.log_p = top.log_p.masked_fill(~top.open, NEG_INF)
 
@@ -403,10 +430,12 @@ def advance(beams: Beams, top: Candidates, attention: Tensor | None) -> None:
     rows = top.source_row.view(-1)  # the new row order, in old row ids
     beams.state = beams.state.index_select(rows)
     beams.tokens = torch.cat([beams.tokens.index_select(0, rows), beams.y_prev.unsqueeze(1)], dim=1)
-    if attention is not None:
+    if beams.history is not None:
         beams.history = torch.cat(
             [beams.history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
         )
+    if beams.coverage is not None:
+        beams.coverage = (beams.coverage + attention).index_select(0, rows)
 
 
 def constrain_(
