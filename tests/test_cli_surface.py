@@ -34,6 +34,7 @@ EXPECTED_OPTIONS = {
     ],
     "average": ["--last", "--output -o", "<paths>"],
     "config": ["--format", "--keys", "--set", "<config>"],
+    "data long-inputs": ["--max-words", "--output -o", "--ref", "--seed", "--sentences", "--src"],
     "data prepare": ["--force", "--set", "<config>"],
     "eval": [
         "--alignment",
@@ -54,6 +55,7 @@ EXPECTED_OPTIONS = {
         "--plot",
         "--ref",
         "--seed",
+        "--set",
         "--significance",
         "--src",
         "--words",
@@ -89,6 +91,7 @@ EXPECTED_OPTIONS = {
         "--batch-tokens",
         "--beam",
         "--compile --no-compile",
+        "--coverage-penalty",
         "--device",
         "--dictionary",
         "--full-vocabulary --lexical-shortlist",
