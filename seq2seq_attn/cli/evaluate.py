@@ -140,8 +140,8 @@ def eval_command(
         [],
         SET,
         metavar="decode.KEY=VALUE",
-        help="Change a decode key of the --model runs' search, typed like YAML, e.g. the longest source "
-        "in pieces: --set decode.max_src_tokens=1024 (repeatable).",
+        help="Change a decode key of the --model runs' search, typed like YAML, e.g. --set "
+        "decode.beam_size=12 (repeatable).",
     ),
     moses_bleu: str | None = typer.Option(
         None,
