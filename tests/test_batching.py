@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from seq2seq_attn.vocab.batching import BatchStream, collate, length_order, plan_epoch, shard
+from seq2seq_attn.vocab.batching import BatchStream, Joining, collate, length_order, plan_epoch, shard
 
 
 class Side:
@@ -45,14 +45,14 @@ def padding_ratio(cache: Cache, batches: list[np.ndarray]) -> float:
 def test_token_budget_and_low_padding_on_skewed_lengths():
     cache = Cache(5000)
     idx = np.arange(5000)
-    batches = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "tokens", 2000, 50, seed=1, epoch=0)
+    batches, _ = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "tokens", 2000, 50, seed=1, epoch=0)
     for b in batches:
         width = int(cache.src.lengths[b].max() + cache.tgt.lengths[b].max()) + 2
         assert width * len(b) <= 2000 or len(b) == 1
     assert sorted(np.concatenate(batches).tolist()) == idx.tolist()  # every example exactly once
     assert padding_ratio(cache, batches) < 0.15  # stated bound: under 15% padded positions
     # without sorting (pool of one batch) padding is far higher: the bucketing is what keeps it low
-    unsorted = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "sentences", 64, 1, seed=1, epoch=0)
+    unsorted, _ = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "sentences", 64, 1, seed=1, epoch=0)
     assert padding_ratio(cache, unsorted) > 0.3
 
 
@@ -69,7 +69,7 @@ def test_both_sides_keep_little_padding():
     that the source/target length ratio spreads; sorted by the longer side, both sides stay low."""
     cache = Cache(6400)
     src, tgt = cache.src.lengths, cache.tgt.lengths
-    batches = plan_epoch(src, tgt, np.arange(6400), "sentences", 64, 100, seed=1, epoch=0)
+    batches, _ = plan_epoch(src, tgt, np.arange(6400), "sentences", 64, 100, seed=1, epoch=0)
 
     def padding(side: np.ndarray, plan: list[np.ndarray]) -> float:
         return 1 - sum(int(side[b].sum()) + len(b) for b in plan) / sum(
@@ -98,7 +98,7 @@ def test_plan_is_deterministic_per_seed_and_epoch():
     idx = np.arange(2000)
 
     def plan(seed: int, epoch: int) -> list[np.ndarray]:
-        return plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "tokens", 1500, 20, seed, epoch)
+        return plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "tokens", 1500, 20, seed, epoch)[0]
 
     same = [a.tolist() for a in plan(1, 0)] == [b.tolist() for b in plan(1, 0)]
     assert same
@@ -136,3 +136,51 @@ def test_shards_do_not_overlap_and_have_equal_length(world_size):
     assert len({len(s) for s in shards}) == 1
     flat = [int(b[0]) for s in shards for b in s]
     assert len(flat) == len(set(flat)) == 10 - 10 % world_size
+
+
+def test_joined_pairs_fit_max_len_and_use_every_pair_once():
+    cache = Cache(3000)
+    idx = np.arange(3000)[(cache.src.lengths <= 60) & (cache.tgt.lengths <= 60)]
+    joining = Joining(share=0.5, most=3, max_len=60)
+    batches, examples = plan_epoch(
+        cache.src.lengths, cache.tgt.lengths, idx, "tokens", 3000, 20, 1, 0, joining
+    )
+    sizes = [len(pairs) for pairs in examples]
+    assert set(sizes) == {1, 2, 3} and 0.2 < sizes.count(1) / len(sizes) < 0.8
+    assert sorted(np.concatenate(examples).tolist()) == sorted(idx.tolist())  # each pair once
+    for pairs in examples:
+        assert cache.src.lengths[pairs].sum() <= 60 and cache.tgt.lengths[pairs].sum() <= 60
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(examples)))  # each example once
+    again, same = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "tokens", 3000, 20, 1, 0, joining)
+    assert [a.tolist() for a in again] == [b.tolist() for b in batches]
+    assert [a.tolist() for a in same] == [b.tolist() for b in examples]
+    plain, none = plan_epoch(cache.src.lengths, cache.tgt.lengths, idx, "tokens", 3000, 20, 1, 0)
+    assert none is None and plain != batches
+
+
+def test_a_joined_example_is_its_pairs_one_after_another():
+    cache = Cache(400)
+    stream = BatchStream(cache, "sentences", 400, max_len=80, bucket_pool=1, seed=2, concat_share=1.0)
+    batch = next(iter(stream))
+    examples = stream._examples
+    assert sum(len(pairs) >= 2 for pairs in examples) > 0.8 * len(examples)  # share 1: joined unless too long
+    plan = stream._epoch_plan()[0]
+    first = examples[plan[0]]
+    src = np.concatenate([cache.src[i] for i in first])
+    assert batch.src[0, : len(src)].tolist() == src.tolist() and batch.src[0, len(src)] == 3  # then EOS
+    assert int(batch.src_lengths[0]) == len(src) + 1
+
+
+def test_a_stream_with_joined_pairs_resumes_at_the_same_batch():
+    cache = Cache(600)
+    make = lambda: BatchStream(  # noqa: E731
+        cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7, concat_share=0.3, concat_max=3
+    )
+    full = make()
+    reference = [b.src.tolist() for b in itertools.islice(iter(full), len(full) + 7)]  # crosses an epoch
+    first = make()
+    head = [b.src.tolist() for b in itertools.islice(iter(first), len(first) - 3)]
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    tail = [b.src.tolist() for b in itertools.islice(iter(resumed), 10)]
+    assert head + tail == reference

@@ -299,6 +299,16 @@ class TrainConfig:
     max_len: int = option(
         50, "Skip training pairs longer than this many tokens on either side (paper: 30/50).", ge=1
     )
+    concat_share: float = option(
+        0.0,
+        "Share of the training examples made of consecutive pairs (in the epoch's shuffled order) joined "
+        "into one, source to source and target to target, so that training sees inputs longer than its "
+        "sentences (Varis & Bojar 2021); each joined example takes 2 to concat_max pairs while both sides "
+        "fit max_len. 0: off.",
+        ge=0,
+        le=1,
+    )
+    concat_max: int = option(3, "The most pairs a joined example of concat_share takes.", ge=2)
     bucket_pool: int = option(
         100, "Batches per sorting pool: larger means less padding, less randomness.", ge=1
     )

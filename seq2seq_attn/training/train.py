@@ -122,6 +122,8 @@ def _batch_stream(config: Config, ranks: Ranks, device: torch.device) -> BatchSt
         ranks.rank,
         ranks.world_size,
         pin=device.type == "cuda",
+        concat_share=cfg.concat_share,
+        concat_max=cfg.concat_max,
     )
     if len(stream) == 0:
         raise UserError(
