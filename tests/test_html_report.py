@@ -22,7 +22,6 @@ from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.by_length import System, differing_examples, evaluate
-from seq2seq_attn.evaluation.heatmap import pick_by_length
 from seq2seq_attn.evaluation.html_report import render_html
 
 ALIGNMENT = {
@@ -123,11 +122,15 @@ def test_a_bad_alignment_file_is_one_line(tmp_path: Path, content: str, message:
 def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Path, tiny_run_dir: Path):
     page = html_page.read_text(encoding="utf-8")
     report = json.loads((html_page.parent / "r.json").read_text())
-    assert '<figure id="curve"><svg' in page
+    assert '<figure id="curve"><svg' in page and '<figure id="diagnostics"><svg' in page
     heat_maps = re.findall(r"<figcaption>tiny, line (\d+) \((\d+) words\)</figcaption>", page)
-    sources = (tiny_run_dir.parent / "data" / "test.src").read_text(encoding="utf-8").splitlines()
-    expected = [(str(i + 1), str(len(sources[i].split()))) for i in pick_by_length(sources, 3)]
-    assert heat_maps == expected and len(expected) >= 2  # the --model run's, not the hypothesis file's
+    # one per bucket, the --model run's (not the hypothesis file's): the bucket's first example
+    sections = page.split("<h3>Bucket ")[1:]
+    first_lines = [re.search(r'<div class="example"><p>line (\d+)</p>', section)[1] for section in sections]
+    assert [line for line, _ in heat_maps] == first_lines and len(first_lines) == len(report["buckets"])
+    edges = [*report["edges"], 10**6]
+    for (_, words), low, high in zip(heat_maps, edges, edges[1:], strict=False):
+        assert low <= int(words) < high
     assert page.count("<h3>Bucket ") == len(report["buckets"])
     assert "Alignment quality" in page and '<svg id="gold-3"' in page  # from --alignment
     assert page.count("<table>") >= 2 + 2 * len(report["subsets"])
@@ -208,7 +211,7 @@ def test_chromium_loads_the_report_offline_and_draws_the_curve(html_page: Path, 
     dom, console, requests = browse(html_page, tmp_path / "dom", "--dump-dom")
     assert console == [] and requests == []
     assert re.search(r'<figure id="curve"><svg[^>]*>', dom)
-    assert dom.count("<svg") == 4  # the curve, 2 heat maps, 1 alignment figure
+    assert dom.count("<svg") == 2 + 3 + 1  # the curve and the diagnostics, 3 heat maps, 1 alignment figure
 
     shot = tmp_path / "shot.png"
     _, console, requests = browse(html_page, tmp_path / "shot", f"--screenshot={shot}")

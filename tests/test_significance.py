@@ -86,9 +86,12 @@ def test_significant_buckets_are_marked_in_every_format_and_on_the_curve():
     markdown = [line.split(" | ") for line in render(report, "markdown").splitlines()]
     compared = [cells for cells in markdown if len(cells) == 8 and cells[1] in ("B", "C")]
     assert {(cells[0][2:], *cells[1:3]) for cells in compared if cells[-1] == "yes |"} == marked
-    csv_rows = [line.split(",") for line in render(report, "csv").splitlines()[1:]]
-    compared = [cells for cells in csv_rows if cells[16] in ("B", "C")]  # the `baseline` column
-    assert {(cells[0], cells[16], cells[1]) for cells in compared if cells[-1] == "True"} == marked
+    header, *csv_rows = [line.split(",") for line in render(report, "csv").splitlines()]
+    baseline, significant = header.index("baseline"), header.index("significant")
+    compared = [cells for cells in csv_rows if cells[baseline] in ("B", "C")]
+    assert {
+        (cells[0], cells[baseline], cells[1]) for cells in compared if cells[significant] == "True"
+    } == marked
     assert json.loads(render(report, "json"))["significance"] == {
         "test": "paired-bs",
         "alpha": 0.05,
