@@ -4,6 +4,9 @@ input and weight."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import (
@@ -16,6 +19,7 @@ from helpers import (
 )
 
 from seq2seq_attn.model import fused
+from seq2seq_attn.model.attention import INDUCTOR_CACHE, separate_kernel_cache
 
 FUSED = [
     ("rnnsearch", "bahdanau"),
@@ -113,3 +117,15 @@ def test_compiled_attention_under_autograd_on_the_step_path():
         runs.append([loss] + [p.grad for p in model.parameters()])
     for got, want in zip(*runs, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_compiled_kernels_are_cached_apart_per_cpu_capability(monkeypatch, tmp_path):
+    """torch.compile's kernel cache does not tell ATen's CPU capabilities apart (kernels built under avx512
+    computed NaN under avx2): each capability gets its own folder, unless the user chose one."""
+    monkeypatch.delenv(INDUCTOR_CACHE, raising=False)
+    separate_kernel_cache()
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    assert Path(os.environ[INDUCTOR_CACHE]).name == capability
+    monkeypatch.setenv(INDUCTOR_CACHE, str(tmp_path))
+    separate_kernel_cache()
+    assert os.environ[INDUCTOR_CACHE] == str(tmp_path)

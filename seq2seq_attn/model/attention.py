@@ -22,7 +22,11 @@ so every scorer's rows sum to 1; they carry no alignment information.
 from __future__ import annotations
 
 import functools
+import getpass
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -117,7 +121,23 @@ def kernel(function: Callable, compiled: bool) -> Callable:
 
 @functools.cache
 def _compiled(function: Callable) -> Callable:
+    separate_kernel_cache()
     return torch.compile(function, dynamic=True)
+
+
+INDUCTOR_CACHE = "TORCHINDUCTOR_CACHE_DIR"  # where torch.compile keeps the kernels it built
+
+
+def separate_kernel_cache() -> None:
+    """One torch.compile kernel cache per ATen CPU capability (`default`, `avx2`, `avx512`, ...).
+
+    Why: the cache does not tell them apart. Kernels built under one capability were reused under another
+    on the same machine (torch 2.13, ATEN_CPU_CAPABILITY set differently from run to run), and there they
+    failed to build or, worse, computed wrong numbers (NaN gradients). A folder the user set is kept."""
+    if os.environ.get(INDUCTOR_CACHE):
+        return
+    root = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    os.environ[INDUCTOR_CACHE] = str(root / torch.backends.cpu.get_cpu_capability().lower())
 
 
 def additive_attention(
