@@ -18,6 +18,7 @@ _EXPORTS = {
     "Model": "api",
     "Candidate": "api",
     "Attention": "api",
+    "Found": "api",
     "Score": "evaluation.likelihood",
     "UserError": "errors",
 }

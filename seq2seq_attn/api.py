@@ -24,13 +24,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .config import DecodeConfig, override
-from .decoding.loader import load_runs
-from .decoding.translate import Translator
+from .config import Config, DecodeConfig, override
+from .decoding.loader import Runs, load_runs
+from .decoding.translate import Translation, Translator
 from .errors import UserError
 from .evaluation.likelihood import Score, Scorer
+from .io import read_json
+from .model.summary import count_parameters
 
 PathLike = str | Path
+BY_LENGTH_REPORT = "by_length.json"  # a run's own BLEU-by-length report, in its folder
 NBEST_KEYS = {"nbest": "n", "beam_size": "n"}  # how `Model.nbest` names the keys it sets, for errors
 
 
@@ -55,17 +58,60 @@ class Attention:
     weights: np.ndarray  # (len(target), len(source))
 
 
+@dataclass(frozen=True)
+class Found:
+    """One line's search result: its n best candidates, best first (none for an empty line), and the
+    attention of the best one when it was asked for (else None)."""
+
+    candidates: list[Candidate]
+    attention: Attention | None
+
+
 class Model:
     """A loaded model or ensemble with its decode settings; see `load`."""
 
-    def __init__(self, translator: Translator, scorer: Scorer | None) -> None:
+    def __init__(self, translator: Translator, scorer: Scorer | None, runs: Runs) -> None:
         self._translator = translator
         self._scorer = scorer
+        self._runs = runs
 
     @property
     def decode(self) -> DecodeConfig:
         """The search settings in use (the first run's `decode` section with `load`'s overrides)."""
         return self._translator.cfg
+
+    @property
+    def config(self) -> Config:
+        """The first run's resolved config (its `decode` section as the run wrote it; see `decode`)."""
+        return self._runs.configs[0]
+
+    @property
+    def checkpoints(self) -> list[Path]:
+        """The checkpoint file loaded from each run, in the order given."""
+        return list(self._runs.checkpoints)
+
+    @property
+    def parameters(self) -> int:
+        """The number of weights searched (every model's, for an ensemble)."""
+        return count_parameters(self._runs.model)
+
+    @property
+    def bleu_by_length(self) -> list[dict[str, Any]] | None:
+        """The first run's BLEU by source length when its folder holds an `eval` report of it
+        (`by_length.json`, as `seq2seq export` writes): one row per bucket; else None."""
+        report = self._runs.run_dirs[0] / BY_LENGTH_REPORT
+        if not report.is_file():
+            return None
+        rows = read_json(report)["systems"][0]["rows"]
+        return [row for row in rows if row.get("subset", "all") == "all"]
+
+    def search(self, lines: Sequence[str], n: int = 1, attention: bool = False) -> list[Found]:
+        """The n best candidates of each line, in order, and with `attention` the best one's attention:
+        what `nbest` and `attention` answer, from one search of all the lines (a beam of at least n)."""
+        widest = max(n, self.decode.beam_size) if isinstance(n, int) else n  # a bad n fails the check
+        cfg = override(self.decode, {"nbest": n, "beam_size": widest}, "decode.", NBEST_KEYS)
+        translator = self._with(cfg, with_attention=attention)
+        return [self._found(translator, found, attention) for found in translator.translate(lines)]
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best translation of each line, in order (an empty line gives "")."""
@@ -76,25 +122,24 @@ class Model:
 
     def nbest(self, lines: Sequence[str], n: int) -> list[list[Candidate]]:
         """The n best translations of each line, best first (a beam of at least n is searched)."""
-        widest = max(n, self.decode.beam_size) if isinstance(n, int) else n  # a bad n fails the check
-        cfg = override(self.decode, {"nbest": n, "beam_size": widest}, "decode.", NBEST_KEYS)
-        return [
-            [
-                Candidate(text, hyp.score, hyp.log_prob)
-                for hyp, text in zip(found.hypotheses, found.texts, strict=True)
-            ]
-            for found in self._with(cfg).translate(lines)
-        ]
+        return [found.candidates for found in self.search(lines, n)]
 
     def attention(self, line: str) -> Attention | None:
         """The attention of the line's best translation; None for an empty line. A model without
         attention (RNNencdec) gives uniform weights over the source."""
-        (found,) = self._with(self.decode, with_attention=True).translate([line])
-        attended = self._translator.attention(found)
+        return self.search([line], attention=True)[0].attention
+
+    @staticmethod
+    def _found(translator: Translator, found: Translation, attention: bool) -> Found:
+        candidates = [
+            Candidate(text, hyp.score, hyp.log_prob)
+            for hyp, text in zip(found.hypotheses, found.texts, strict=True)
+        ]
+        attended = translator.attention(found) if attention else None
         if attended is None:
-            return None
+            return Found(candidates, None)
         weights, source, target = attended
-        return Attention(found.texts[0], source, target, weights)
+        return Found(candidates, Attention(found.texts[0], source, target, weights))
 
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Forced decoding of each (source, target) pair: Score.log_prob, .pieces, .mean and
@@ -140,4 +185,4 @@ def load(
     if len(paths) == 1:  # the scorer searches nothing but shares the batch sizes, precision and source cut
         config = dataclasses.replace(runs.configs[0], decode=translator.cfg)
         scorer = Scorer(runs.model, runs.vocabs[0], config, runs.device)
-    return Model(translator, scorer)
+    return Model(translator, scorer, runs)

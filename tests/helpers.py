@@ -7,6 +7,7 @@ does for conftest.py, which holds the fixtures built from these helpers. No test
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import io
@@ -598,3 +599,61 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a real browser (the HTML report's and the server page's tests)
+
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+    "--window-size=1280,1400",
+]
+
+
+@functools.cache
+def find_chromium() -> str:
+    """Chromium on PATH, else installed with apt-get (as root); the test is skipped only if neither works."""
+    found = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
+    if found is None and shutil.which("apt-get") and os.geteuid() == 0:
+        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            subprocess.run(command, capture_output=True, timeout=900, check=False)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.skip("no Chromium found and none could be installed")
+    return found
+
+
+def browse(page: Path | str, folder: Path, *actions: str) -> tuple[str, list[str], list[str]]:
+    """Open `page` (a file, or a URL) in headless Chromium with a fresh profile and do `actions`
+    (--dump-dom, --screenshot=..., with the flags they need).
+
+    Returns (stdout, the page's console messages, the URLs the page requested from the network).
+    The browser's own background requests carry no initiator ("not an origin") and are left out.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    netlog = folder / "netlog.json"
+    command = [find_chromium(), *FLAGS, f"--user-data-dir={folder / 'profile'}", f"--log-net-log={netlog}"]
+    url = page.as_uri() if isinstance(page, Path) else page
+    result = subprocess.run([*command, *actions, url], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
+    text = netlog.read_text(encoding="utf-8").rstrip()
+    log = json.loads(text if text.endswith("}") else text.rstrip(",") + "]}")  # a log cut at exit
+    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
+    requests = [
+        event["params"]["url"]
+        for event in log["events"]
+        if event["type"] == start
+        and "url" in event.get("params", {})
+        and event["params"].get("initiator") != "not an origin"
+    ]
+    return result.stdout, console, requests

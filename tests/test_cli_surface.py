@@ -80,6 +80,44 @@ EXPECTED_OPTIONS = {
         "--tgt",
         "--weights",
     ],
+    "serve": [
+        "--allow-unk --no-unk",
+        "--alpha",
+        "--at-max-len",
+        "--batch-sentences",
+        "--batch-tokens",
+        "--beam",
+        "--compile --no-compile",
+        "--conf",
+        "--coverage-penalty",
+        "--device",
+        "--dictionary",
+        "--full-vocabulary --lexical-shortlist",
+        "--host",
+        "--id",
+        "--length-penalty",
+        "--max-batch",
+        "--max-body-bytes",
+        "--max-chars",
+        "--max-len-a",
+        "--max-len-b",
+        "--max-nbest",
+        "--max-sentences",
+        "--max-src-tokens",
+        "--max-wait-ms",
+        "--min-len",
+        "--min-len-a",
+        "--mix-int8",
+        "--model -m",
+        "--nbest",
+        "--no-repeat-ngram",
+        "--no-replace-unk --replace-unk",
+        "--port",
+        "--precision",
+        "--stopping",
+        "--threads",
+        "--url-root",
+    ],
     "train": ["--dry-run", "--resume", "--set", "<config>"],
     "translate": [
         "--allow-unk --no-unk",
@@ -113,7 +151,7 @@ EXPECTED_OPTIONS = {
     ],
     "vocab": ["--force", "--set", "<config>"],
 }
-API = ["Attention", "Candidate", "Model", "Score", "UserError", "__version__", "load"]
+API = ["Attention", "Candidate", "Found", "Model", "Score", "UserError", "__version__", "load"]
 
 
 def options_of(command) -> dict[str, list[str]]:
@@ -141,7 +179,16 @@ def test_the_python_api_keeps_its_names_and_signatures():
     assert all(getattr(seq2seq_attn, name) is not None for name in API)
     load = inspect.signature(seq2seq_attn.load)
     assert list(load.parameters) == ["model", "device", "threads", "decode"]
-    model_methods = {"attention", "decode", "nbest", "perplexity", "score", "translate", "translate_one"}
+    model_methods = {
+        "attention",
+        "decode",
+        "nbest",
+        "perplexity",
+        "score",
+        "search",
+        "translate",
+        "translate_one",
+    }
     assert model_methods <= set(dir(seq2seq_attn.Model))
 
 

@@ -3,18 +3,14 @@ offline (headless Chromium: no console message, no network request, the curve dr
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sacrebleu
-from helpers import corpus
+from helpers import browse, corpus
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
@@ -139,58 +135,6 @@ def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Pa
 
 # ----------------------------------------------------------------------------------------------------------
 # a real browser
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--enable-logging=stderr",
-    "--v=0",
-    "--window-size=1280,1400",
-]
-
-
-@functools.cache
-def find_chromium() -> str:
-    """Chromium on PATH, else installed with apt-get (as root); the test is skipped only if neither works."""
-    found = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
-    if found is None and shutil.which("apt-get") and os.geteuid() == 0:
-        for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-            subprocess.run(command, capture_output=True, timeout=900, check=False)
-        found = shutil.which("chromium")
-    if found is None:
-        pytest.skip("no Chromium found and none could be installed")
-    return found
-
-
-def browse(page: Path, folder: Path, action: str) -> tuple[str, list[str], list[str]]:
-    """Open `page` in headless Chromium with a fresh profile and do `action` (--dump-dom, --screenshot=...).
-
-    Returns (stdout, the page's console messages, the URLs the page requested from the network).
-    The browser's own background requests carry no initiator ("not an origin") and are left out.
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    netlog = folder / "netlog.json"
-    command = [find_chromium(), *FLAGS, f"--user-data-dir={folder / 'profile'}", f"--log-net-log={netlog}"]
-    result = subprocess.run([*command, action, page.as_uri()], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    console = [line for line in result.stderr.splitlines() if ":CONSOLE" in line]
-    text = netlog.read_text(encoding="utf-8").rstrip()
-    log = json.loads(text if text.endswith("}") else text.rstrip(",") + "]}")  # a log cut at exit
-    start = log["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    requests = [
-        event["params"]["url"]
-        for event in log["events"]
-        if event["type"] == start
-        and "url" in event.get("params", {})
-        and event["params"].get("initiator") != "not an origin"
-    ]
-    return result.stdout, console, requests
 
 
 @pytest.mark.slow

@@ -22,10 +22,9 @@ from . import align as align_cli
 from . import config as config_cli
 from . import data as data_cli
 from . import evaluate as evaluate_cli
-from . import lexical as lexical_cli
-from . import model as model_cli
 from . import plot as plot_cli
 from . import score as score_cli
+from . import serve as serve_cli
 from . import train as train_cli
 from . import translate as translate_cli
 from . import vocab as vocab_cli
@@ -66,13 +65,12 @@ for _module in (
     config_cli,
     data_cli,
     vocab_cli,
-    model_cli,
     train_cli,
     translate_cli,
     evaluate_cli,
     score_cli,
-    lexical_cli,
     plot_cli,
+    serve_cli,
 ):
     _module.register(app)
 align_cli.register(app)

@@ -1,4 +1,6 @@
-"""`seq2seq translate`: raw text in, translations out, one line per line; `seq2seq average`: checkpoint means.
+"""`seq2seq translate`: raw text in, translations out, one line per line; `seq2seq average`: checkpoint means;
+`seq2seq lexical-shortlist`: learn a run's lexical shortlist (decoding/shortlist_learning.py), for faster
+translation.
 
 Search settings default to the run's `decode` config section (the first run's, for an ensemble of
 several `--model` runs); every decode key is an option that overrides it, made from the schema
@@ -47,6 +49,7 @@ OUTPUT_AVERAGE_HELP = (
 def register(app: typer.Typer) -> None:
     app.command("translate")(translate_command)
     app.command("average")(average_command)
+    app.command("lexical-shortlist")(lexical_shortlist_command)
 
 
 @config_options(DecodeConfig, "decode", DECODE_FLAGS, panel=SEARCH, panels=(SEARCH, SPEED, OUTPUT))
@@ -126,3 +129,27 @@ def average_command(
         averaged = average_checkpoints(paths)
     save_checkpoint(output, averaged)
     info(f"average: {output} = mean of {', '.join(str(p) for p in paths)}")
+
+
+def lexical_shortlist_command(
+    run: Path = typer.Argument(
+        ...,
+        help="A run directory (its best checkpoint) or a checkpoint file: one table per checkpoint, "
+        "lexical_shortlist.npz for the best, lexical_shortlist.<name>.npz for another.",
+    ),
+    top_k: int = typer.Option(50, "--top-k", help="Candidates kept per source piece.", min=1),
+    frequent: int = typer.Option(1000, "--frequent", help="Most frequent target pieces, always in.", min=0),
+    sentences: int = typer.Option(
+        20000, "--sentences", help="Training pairs sampled to learn from (seeded).", min=1
+    ),
+    device: Device = device_option(),
+) -> None:
+    """Learn which target pieces each source piece's translation uses, from the run's own attention on its
+    training data, into RUN/lexical_shortlist.npz; `translate --lexical-shortlist` (decode.lexical_shortlist)
+    then scores only those. Prints the share of the dev set's reference pieces the lists cover."""
+    from ..decoding.shortlist_learning import build_for_run
+    from ..model.device import resolve_device
+
+    built = build_for_run(run, top_k, frequent, sentences, resolve_device(device.value, "--device"))
+    typer.echo(f"lexical shortlist: {built.path} from {built.pairs} training pairs")
+    typer.echo(f"dev reference pieces covered: {100 * built.valid_coverage:.2f}%")

@@ -1,0 +1,348 @@
+"""Serving under load: `seq2seq serve` beside OpenNMT-py 3.5.1's own server, on localhost.
+
+Each system is started as its own server process, warmed up, then loaded by a bounded generator at each
+concurrency level: C clients, each sending one test sentence per request through OpenNMT-py's
+`POST /translator/translate` (the route both servers answer, so the clients are the same) until
+`--requests` answers or `--seconds` have passed. Reported per level: requests/s, p50/p95/p99 latency,
+errors, and per system the mean output length in words (equal beams write different lengths when the
+models differ: throughput follows length) and the server's peak resident memory (VmHWM).
+
+    python -m benchmarks.serve_load --ours runs/enfr --opennmt-model M.pt --opennmt-sp-src S.model \
+        --opennmt-sp-tgt T.model --sentences test.en --doc benchmarks/results/serve_load.md
+
+`--int8-agreement N` also measures how often the int8 copy's answer for a sentence changes when it is
+searched among others (int8 quantises each batch's activations together) instead of alone.
+`--record FILE` writes what OpenNMT-py's server answered to a few requests (the fixture the server's
+shape test compares with). Run it on a quiet machine: nothing else may train or load the CPU meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from seq2seq_attn.io import read_lines, write_json, write_text
+
+from .machine import cpu_model_and_flags, describe, summary
+
+ROOT = Path(__file__).resolve().parent.parent
+PROG = f"python -m {__spec__.name}"
+ROUTE = "/translator/translate"
+OPENNMT_PYTHON = ROOT / ".bench/venvs/opennmt/bin/python"  # the side-by-side benchmark's peer install
+OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
+FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
+
+
+@dataclass
+class Server:
+    """A server process and where it answers."""
+
+    label: str
+    process: subprocess.Popen
+    url: str
+    log: Path
+
+    def peak_rss_mib(self) -> float | None:
+        """VmHWM of the process (and none of its children: both servers are one process)."""
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+        except OSError:
+            return None
+        line = next((line for line in status.splitlines() if line.startswith("VmHWM:")), None)
+        return int(line.split()[1]) / 1024 if line else None
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start(label: str, command: list[str], env: dict[str, str], log: Path, port: int) -> Server:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(log, "w", encoding="utf-8")  # noqa: SIM115 - the process writes it until stopped
+    process = subprocess.Popen(command, env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"serve_load: {label} exited ({process.returncode}), see {log}")
+        try:
+            if httpx.get(f"{url}/translator/health", timeout=2).status_code == 200:
+                return Server(label, process, url, log)
+        except httpx.TransportError:
+            time.sleep(0.5)
+    process.kill()
+    raise SystemExit(f"serve_load: {label} did not answer within 300 s, see {log}")
+
+
+def ours_command(args: argparse.Namespace, port: int, extra: list[str]) -> list[str]:
+    return [
+        sys.executable, "-m", "seq2seq_attn", "serve", "--model", str(args.ours), "--port", str(port),
+        "--beam", str(args.beam), "--nbest", "1", "--device", "cpu", "--threads", str(args.threads),
+        "--max-sentences", "1000", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+def opennmt_conf(args: argparse.Namespace, folder: Path) -> Path:
+    """conf.json for `onmt_server`: the model, beam and batch, and its sentencepiece models through
+    pyonmttok (the tokenizer its server ships with; `mode: none` keeps sentencepiece's pieces)."""
+    tokenizer = lambda model: {"type": "pyonmttok", "mode": "none", "params": {"sp_model_path": str(model)}}  # noqa: E731
+    conf = {
+        "models_root": str(folder),
+        "models": [
+            {
+                "id": 100,
+                "model": str(args.opennmt_model.resolve()),
+                "timeout": -1,
+                "load": True,
+                "opt": {"beam_size": args.beam, "n_best": 1, "batch_size": 64, "max_length": 250},
+                "tokenizer": {"src": tokenizer(args.opennmt_sp_src), "tgt": tokenizer(args.opennmt_sp_tgt)},
+            },
+            {
+                "id": 101,
+                "model": str(args.opennmt_model.resolve()),
+                "timeout": -1,
+                "load": True,
+                "opt": {"beam_size": args.beam, "n_best": 2, "max_length": 250},
+                "tokenizer": {"src": tokenizer(args.opennmt_sp_src), "tgt": tokenizer(args.opennmt_sp_tgt)},
+            },
+        ],
+    }
+    path = folder / "conf.json"
+    write_text(path, json.dumps(conf, indent=1))
+    return path
+
+
+def opennmt_command(conf: Path, port: int) -> list[str]:
+    return [
+        str(OPENNMT_PYTHON), "-m", "onmt.bin.server", "--ip", "127.0.0.1", "--port", str(port),
+        "--url_root", "/translator", "--model_config", str(conf),
+    ]  # fmt: skip
+
+
+async def load(url: str, sentences: list[str], clients: int, requests: int, seconds: float) -> dict[str, Any]:
+    """C clients, each sending one sentence per request until `requests` answers or `seconds` passed."""
+    latencies: list[float] = []
+    lengths: list[int] = []
+    errors = 0
+    next_sentence = 0
+    deadline = time.monotonic() + seconds
+
+    async def client(http: httpx.AsyncClient) -> None:
+        nonlocal next_sentence, errors
+        while len(latencies) + errors < requests and time.monotonic() < deadline:
+            sentence = sentences[next_sentence % len(sentences)]
+            next_sentence += 1
+            started = time.perf_counter()
+            try:
+                answer = await http.post(f"{url}{ROUTE}", json=[{"src": sentence, "id": 100}])
+                ok = answer.status_code == 200 and isinstance(answer.json(), list)
+            except httpx.HTTPError:
+                ok = False
+            if not ok:
+                errors += 1
+                continue
+            latencies.append(time.perf_counter() - started)
+            lengths.append(len(answer.json()[0][0]["tgt"].split()))
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    started = time.perf_counter()
+    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    ordered = sorted(latencies)
+    point = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else None  # noqa: E731
+    return {
+        "clients": clients,
+        "answered": len(latencies),
+        "errors": errors,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(len(latencies) / elapsed, 2),
+        "p50_ms": point(0.50),
+        "p95_ms": point(0.95),
+        "p99_ms": point(0.99),
+        "mean_output_words": round(statistics.fmean(lengths), 2) if lengths else None,
+    }
+
+
+def measure(server: Server, sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    asyncio.run(load(server.url, sentences[: args.warmup], 1, args.warmup, args.seconds))  # warm caches
+    levels = [asyncio.run(load(server.url, sentences, c, args.requests, args.seconds)) for c in args.clients]
+    words = [level["mean_output_words"] for level in levels if level["mean_output_words"] is not None]
+    return {
+        "label": server.label,
+        "levels": levels,
+        "mean_output_words": round(statistics.fmean(words), 2) if words else None,
+        "peak_rss_mib": server.peak_rss_mib(),
+        "errors": sum(level["errors"] for level in levels),
+    }
+
+
+def record(server: Server, path: Path) -> None:
+    """What OpenNMT-py's server answers, as the shape test reads it."""
+    http = httpx.Client(timeout=300)
+    answers = {
+        "command": "onmt_server (OpenNMT-py 3.5.1), recorded by " + PROG + " --record",
+        "models": http.get(f"{server.url}/translator/models").json(),
+        "health": http.get(f"{server.url}/translator/health").json(),
+        "translate": {
+            "request": FIXTURE_INPUTS,
+            "response": http.post(
+                f"{server.url}{ROUTE}", json=[{"src": s, "id": 101} for s in FIXTURE_INPUTS]
+            ).json(),
+        },
+        "error": http.post(f"{server.url}{ROUTE}", json=[{"src": "x", "id": 7}]).json(),
+    }
+    write_json(path, answers)
+
+
+def int8_agreement(args: argparse.Namespace, sentences: list[str]) -> dict[str, Any]:
+    """How often the int8 copy's best translation of a sentence differs between searching it alone and
+    among 31 others (the batches the server would make if it mixed int8 requests)."""
+    import torch
+
+    import seq2seq_attn as s2s
+
+    torch.set_num_threads(args.threads)
+    chosen = sentences[: args.int8_agreement]
+    model = s2s.load(args.ours, beam_size=args.beam, precision="int8", lexical_shortlist=args.shortlist)
+    alone = [model.translate_one(line) for line in chosen]
+    batched = [
+        text for start in range(0, len(chosen), 32) for text in model.translate(chosen[start : start + 32])
+    ]
+    differ = sum(a != b for a, b in zip(alone, batched, strict=True))
+    return {"sentences": len(chosen), "batch": 32, "differ": differ, "share": round(differ / len(chosen), 4)}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Serving under load",
+        "",
+        f"Command: `{result['command']}`",
+        "",
+        f"Machine: {summary(result['machine'])}; each server {result['settings']['threads']} threads.",
+        "",
+        "| system | clients | requests/s | p50 ms | p95 ms | p99 ms | errors | mean output words "
+        "| peak RSS MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for system in result["systems"]:
+        for level in system["levels"]:
+            numbers = [level[key] for key in ("requests_per_s", "p50_ms", "p95_ms", "p99_ms")]
+            cells = [system["label"], level["clients"], *map(_number, numbers), level["errors"]]
+            cells += [_number(level["mean_output_words"]), _number(system["peak_rss_mib"])]
+            lines.append("| " + " | ".join(map(str, cells)) + " |")
+    agreement = result.get("int8_agreement")
+    if agreement:
+        lines += [
+            "",
+            f"int8 answers alone against in batches of {agreement['batch']}: {agreement['differ']} of "
+            f"{agreement['sentences']} sentences differ ({100 * agreement['share']:.1f}%).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add = parser.add_argument
+    add("--ours", type=Path, required=True, help="our run folder or exported model folder")
+    add("--shortlist", action="store_true", help="also serve ours in int8 with its lexical shortlist")
+    add("--opennmt-model", type=Path, help="an OpenNMT-py checkpoint (omit to serve ours alone)")
+    add("--opennmt-sp-src", type=Path, help="the sentencepiece model its source was cut with")
+    add("--opennmt-sp-tgt", type=Path, help="the sentencepiece model its target was cut with")
+    add("--sentences", type=Path, required=True, help="source sentences to send, one per request")
+    add("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 8, 32])
+    add("--requests", type=int, default=400, help="answers per concurrency level at most")
+    add("--seconds", type=float, default=120, help="seconds per concurrency level at most")
+    add("--warmup", type=int, default=10, help="requests sent first and not counted")
+    add("--beam", type=int, default=5)
+    add("--threads", type=int, default=2, help="CPU threads of each server")
+    add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
+    add("--record", type=Path, help="write OpenNMT-py's answers to a few requests to this JSON file")
+    add("--out", type=Path, default=ROOT / "runs/serve_load", help="server logs")
+    add(
+        "--doc",
+        type=Path,
+        default=ROOT / "benchmarks/results/serve_load.md",
+        help="markdown (JSON next to it)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    sentences = [line for line in read_lines(args.sentences) if line.strip()]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    result: dict[str, Any] = {
+        "command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "machine": describe("cpu", args.threads),
+        "cpu": cpu_model_and_flags()[0],
+        "settings": {"beam": args.beam, "threads": args.threads, "requests": args.requests,
+                     "seconds": args.seconds, "clients": args.clients, "route": ROUTE},
+        "systems": [],
+    }  # fmt: skip
+    variants = [("seq2seq-attn fp32", [])]
+    if args.shortlist:
+        variants.append(("seq2seq-attn int8 + shortlist", ["--precision", "int8", "--lexical-shortlist"]))
+    for label, extra in variants:
+        port = free_port()
+        server = start(label, ours_command(args, port, extra), env, args.out / f"{label}.log", port)
+        try:
+            result["systems"].append(measure(server, sentences, args))
+        finally:
+            server.stop()
+    if args.opennmt_model:
+        port = free_port()
+        conf = opennmt_conf(args, args.out)
+        server = start(
+            "OpenNMT-py 3.5.1",
+            opennmt_command(conf, port),
+            {**env, **OPENNMT_ENV},
+            args.out / "opennmt.log",
+            port,
+        )
+        try:
+            if args.record:
+                record(server, args.record)
+            result["systems"].append(measure(server, sentences, args))
+        finally:
+            server.stop()
+    if args.int8_agreement:
+        result["int8_agreement"] = int8_agreement(args, sentences)
+    write_json(args.doc.with_suffix(".json"), result)
+    write_text(args.doc, markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()

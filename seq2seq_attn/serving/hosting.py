@@ -1,0 +1,173 @@
+"""The models a server hosts: each loaded once through the Python API (`seq2seq_attn.load`) under an id,
+with its own search thread and micro-batcher.
+
+A server hosts one model (`seq2seq serve --model RUN`, several `--model`s making one ensemble, as in
+`translate`) or several side by side from a JSON file in the layout of OpenNMT-py's `conf.json`, so a
+client's `"id"` picks the model as it does there:
+
+    {"models": [
+        {"id": 100, "model": "runs/en-fr", "name": "en-fr", "opt": {"beam_size": 5}},
+        {"id": 101, "models": ["runs/a", "runs/b"], "opt": {"precision": "int8"}}
+    ]}
+
+`opt` holds `decode` keys (checked as in a config file; OpenNMT-py's `n_best` is read as `nbest`), paths
+are relative to the file. A model is searched exactly as `translate` and the API search it: the run's
+decode settings with the overrides given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..api import Found, Model, load
+from ..config.loader import to_dict
+from ..errors import UserError
+from ..evaluation.likelihood import Score
+from .batching import MicroBatcher
+from .limits import BatchLimits
+
+DEFAULT_ID = 100  # the id OpenNMT-py's examples send
+OPENNMT_KEYS = {"n_best": "nbest"}  # OpenNMT-py's option names that mean one of our decode keys
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to host under `id`: one run (or several, an ensemble) and the decode keys it overrides."""
+
+    id: int
+    paths: list[str]
+    decode: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    report_align: bool = False  # OpenNMT-py's option: answer `/translate` with word alignments
+
+
+def read_conf(path: str | Path) -> list[ModelSpec]:
+    """The models of a conf.json file (see the module docstring), each checked, ids unique."""
+    path = Path(path)
+    try:
+        conf = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+    entries = conf.get("models") if isinstance(conf, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f'{path}: expected {{"models": [...]}} with at least one model')
+    specs = [_spec(entry, f"{path}: models[{n}]", path.parent) for n, entry in enumerate(entries)]
+    ids = [spec.id for spec in specs]
+    if len(set(ids)) != len(ids):
+        raise UserError(f"{path}: model ids must differ, got {ids}")
+    return specs
+
+
+def _spec(entry: Any, where: str, base: Path) -> ModelSpec:
+    if not isinstance(entry, dict):
+        raise UserError(f'{where}: expected an object with "id" and "model"')
+    paths = entry.get("models", entry.get("model"))
+    paths = [paths] if isinstance(paths, str) else paths
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        raise UserError(f'{where}: "model" must be a path, or "models" a list of paths')
+    model_id = entry.get("id", DEFAULT_ID)
+    if not isinstance(model_id, int) or isinstance(model_id, bool):
+        raise UserError(f"{where}.id: expected an integer, got {model_id!r}")
+    opt = entry.get("opt", {})
+    if not isinstance(opt, dict):
+        raise UserError(f"{where}.opt: expected an object of decode keys")
+    decode = {OPENNMT_KEYS.get(key, key): value for key, value in opt.items() if key != "report_align"}
+    name = entry.get("name", "")
+    paths = [str(base / p) for p in paths]
+    return ModelSpec(model_id, paths, decode, str(name), bool(opt.get("report_align", False)))
+
+
+class HostedModel:
+    """One hosted model: the loaded API model, its search thread and its micro-batcher."""
+
+    def __init__(self, spec: ModelSpec, model: Model, limits: BatchLimits, mix_int8: bool = False) -> None:
+        self.spec, self.model = spec, model
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{spec.id}")
+        mix = mix_int8 or model.decode.precision != "int8"
+        self.batcher: MicroBatcher[Found] = MicroBatcher(self._search, self.executor, limits, mix)
+
+    @property
+    def id(self) -> int:
+        return self.spec.id
+
+    @property
+    def name(self) -> str:
+        return self.spec.name or Path(self.spec.paths[0]).name
+
+    async def translate(self, lines: Sequence[str], n: int = 1, attention: bool = False) -> list[Found]:
+        """The n best translations of each line (and the best one's attention), micro-batched."""
+        return await self.batcher.submit(lines, (n, attention))
+
+    async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
+        """Forced decoding of each pair, in the model's search thread (an ensemble refuses, as the API)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, self.model.score, list(sources), list(targets))
+
+    def _search(self, lines: list[str], settings: Any) -> list[Found]:
+        n, attention = settings
+        return self.model.search(lines, n, attention)
+
+    def summary(self) -> dict[str, Any]:
+        """What `/v1/models` lists of it."""
+        decode = self.model.decode
+        return {
+            "id": self.id,
+            "name": self.name,
+            "models": self.spec.paths,
+            "ensemble": len(self.spec.paths) > 1,
+            "beam_size": decode.beam_size,
+            "precision": decode.precision,
+            "lexical_shortlist": decode.lexical_shortlist,
+            "attention": self.model.config.model.attention != "none",
+        }
+
+    def card(self) -> dict[str, Any]:
+        """The model's card: its config, size, search settings and, when its folder has one, its BLEU by
+        length."""
+        return {
+            **self.summary(),
+            "checkpoints": [str(path) for path in self.model.checkpoints],
+            "parameters": self.model.parameters,
+            "config": to_dict(self.model.config),
+            "decode": to_dict(self.model.decode),
+            "bleu_by_length": self.model.bleu_by_length,
+        }
+
+    def opennmt_entry(self) -> dict[str, Any]:
+        """Its entry in OpenNMT-py's `GET /models` list."""
+        return {
+            "model_id": self.id,
+            "opt": {**self.spec.decode, **({"report_align": True} if self.spec.report_align else {})},
+            "models": self.spec.paths,
+            "loaded": True,
+            "timeout": -1,
+        }
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+def host_models(
+    specs: Sequence[ModelSpec],
+    device: str = "cpu",
+    limits: BatchLimits | None = None,
+    mix_int8: bool = False,
+    common: Mapping[str, Any] | None = None,
+    threads: int | None = None,
+) -> dict[int, HostedModel]:
+    """Load every model (through `seq2seq_attn.load`), each with `common` decode keys under its own."""
+    hosted = {}
+    for spec in specs:
+        decode = {**(common or {}), **spec.decode}
+        try:
+            model = load(spec.paths, device=device, threads=threads, **decode)
+        except UserError as error:
+            raise UserError(f"model {spec.id}: {error}") from None
+        hosted[spec.id] = HostedModel(spec, model, limits or BatchLimits(), mix_int8)
+    return hosted

@@ -1,0 +1,453 @@
+"""`seq2seq serve`: OpenNMT-py's routes answer as its server does, `/v1` answers as the Python API does,
+micro-batching changes no answer, limits and malformed bodies get one-line JSON errors, SIGTERM answers
+the requests in flight, and the page shows a translation's attention in a real browser."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from helpers import ENV, ROOT, assert_one_line_error, browse, run_main
+
+import seq2seq_attn as s2s
+from seq2seq_attn.errors import UserError
+from seq2seq_attn.serving.app import create_app, word_alignment
+from seq2seq_attn.serving.batching import MicroBatcher
+from seq2seq_attn.serving.hosting import ModelSpec, host_models, read_conf
+from seq2seq_attn.serving.limits import BatchLimits, Limits
+
+LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
+LIMITS = Limits(max_body_bytes=20_000, max_sentences=8, max_chars=300, max_nbest=4)
+# What OpenNMT-py 3.5.1's `onmt_server` answered (recorded from it: benchmarks/serve_load.py --record)
+OPENNMT = json.loads((ROOT / "tests" / "data" / "opennmt_server_3.5.1.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture
+def client(tiny_run_dir: Path):
+    specs = [
+        ModelSpec(100, [str(tiny_run_dir)], {"beam_size": 3, "nbest": 2}, "tiny", report_align=True),
+        ModelSpec(7, [str(tiny_run_dir), str(tiny_run_dir)], {"beam_size": 3}, "pair"),
+    ]
+    with TestClient(create_app(host_models(specs), LIMITS)) as client:
+        yield client
+
+
+def shape(value: object) -> object:
+    """The JSON's structure: objects as their key -> shape, lists as the shape of their first item."""
+    if isinstance(value, dict):
+        return {key: shape(item) for key, item in sorted(value.items())}
+    if isinstance(value, list):
+        return [shape(value[0])] if value else []
+    return (
+        "number" if isinstance(value, int | float) and not isinstance(value, bool) else type(value).__name__
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# OpenNMT-py's routes
+
+
+def test_opennmt_routes_answer_with_the_shapes_of_its_server(client: TestClient) -> None:
+    inputs = [{"src": line, "id": 100} for line in OPENNMT["translate"]["request"]]
+    answer = client.post("/translator/translate", json=inputs)
+    assert answer.status_code == 200
+    ranks = answer.json()
+    recorded = OPENNMT["translate"]["response"]
+    assert len(ranks) == len(recorded) == 2  # one list per n-best rank
+    assert [len(rank) for rank in ranks] == [len(rank) for rank in recorded] == [len(inputs)] * 2
+    without_align = {key: value for key, value in shape(ranks[1]).pop().items()}
+    assert without_align == shape(recorded[1]).pop()
+    assert shape(ranks[0][0]) == shape(OPENNMT["translate_align"]["response"][0][0])  # align, align_score
+    assert [item["src"] for item in ranks[0]] == OPENNMT["translate"]["request"]
+    assert all(item["n_best"] == 2 for rank in ranks for item in rank)
+
+    models = client.get("/translator/models").json()
+    assert shape(models[0])["opt"] and set(models[0]) == set(OPENNMT["models"][0])
+    assert [m["model_id"] for m in models] == [100, 7]
+    assert client.get("/translator/health").json() == OPENNMT["health"] == {"status": "ok"}
+
+
+def test_the_first_inputs_id_picks_the_model_and_an_unknown_id_is_an_error(client: TestClient) -> None:
+    answer = client.post("/translator/translate", json=[{"src": "the cat", "id": 7}, {"src": "a dog"}])
+    assert [len(rank) for rank in answer.json()] == [2]  # model 7 searches its n-best of 1
+    answer = client.post("/translator/translate", json=[{"src": "the cat", "id": 3}])
+    assert answer.status_code == 404
+    assert answer.json() == {"error": "No such model '3' (the models: 100, 7)", "status": "error"}
+
+
+def test_opennmt_alignments_link_each_target_word_to_a_source_word() -> None:
+    attention = s2s.Attention(
+        "le chat",
+        ["\u2581the", "\u2581c", "at", "</s>"],
+        ["\u2581le", "\u2581ch", "at", "</s>"],
+        np.array([[0.8, 0.1, 0.05, 0.05], [0.1, 0.2, 0.6, 0.1], [0.1, 0.7, 0.1, 0.1], [0, 0, 0, 1.0]]),
+    )
+    assert word_alignment(attention) == ("0-0 1-1", "0-0.80000 1-0.70000")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# /v1: the Python API's answers
+
+
+def test_v1_translate_answers_as_the_python_api(client: TestClient, tiny_run_dir: Path) -> None:
+    answer = client.post(
+        "/v1/translate", json={"model": 100, "sentences": LINES, "nbest": 3, "attention": True}
+    )
+    assert answer.status_code == 200
+    translations = answer.json()["translations"]
+    model = s2s.load(tiny_run_dir, beam_size=3)
+    expected = model.nbest(LINES, 3)
+    assert [[c["text"] for c in t["candidates"]] for t in translations] == [
+        [c.text for c in e] for e in expected
+    ]
+    scores = [[c["score"] for c in t["candidates"]] for t in translations]
+    assert scores == [[c.score for c in e] for e in expected]
+    for line, translation in zip(LINES, translations, strict=True):
+        attention = model.attention(line)
+        if attention is None:
+            assert translation["attention"] is None and translation["candidates"] == []
+            continue
+        got = translation["attention"]
+        assert (got["source"], got["target"]) == (attention.source, attention.target)
+        np.testing.assert_allclose(got["weights"], attention.weights, atol=1e-5)
+
+
+def test_v1_score_answers_as_the_api_and_an_ensemble_refuses_with_its_reason(
+    client: TestClient, tiny_run_dir: Path
+) -> None:
+    pair = {"sources": ["the cat sat", ""], "targets": ["le chat", "x"]}
+    answer = client.post("/v1/score", json={"model": 100, **pair})
+    expected = s2s.load(tiny_run_dir).score(pair["sources"], pair["targets"])
+    assert [s["log_prob"] for s in answer.json()["scores"]] == [s.log_prob for s in expected]
+    assert answer.json()["scores"][1]["pieces"] == 0
+    refused = client.post("/v1/score", json={"model": 7, **pair})
+    assert refused.status_code == 422
+    with pytest.raises(UserError) as reason:
+        s2s.load([tiny_run_dir, tiny_run_dir]).score(pair["sources"], pair["targets"])
+    assert refused.json() == {"error": str(reason.value), "status": "error"}
+
+
+def test_the_card_has_the_config_the_size_and_the_bleu_by_length(tiny_run_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run, symlinks=True)
+    rows = [{"subset": "all", "bucket": "0-10", "count": 3, "bleu": 12.5}]
+    (run / "by_length.json").write_text(json.dumps({"systems": [{"rows": rows}]}), encoding="utf-8")
+    with TestClient(create_app(host_models([ModelSpec(1, [str(run)])]))) as client:
+        card = client.get("/v1/models/1").json()
+        assert card["bleu_by_length"] == rows
+        assert card["parameters"] == s2s.load(run).parameters > 0
+        assert card["config"]["model"]["hidden_size"] == 16 and card["decode"]["beam_size"] >= 1
+        assert client.get("/v1/models").json()[0]["attention"] is True
+        assert client.get("/v1/models/2").status_code == 404
+
+
+# ----------------------------------------------------------------------------------------------------------
+# limits and malformed bodies
+
+REFUSED = [  # (route, body bytes, status, a fragment of the error)
+    ("/v1/translate", b"{", 400, "not valid JSON"),
+    ("/v1/translate", b"\xff\xfe{}", 400, "not valid JSON"),
+    ("/v1/translate", b'{"sentences": "x"}', 422, "sentences: Input should be a valid list"),
+    ("/v1/translate", b'{"sentences": [1]}', 422, "sentences.0"),
+    ("/v1/translate", b'{"sentences": ["a"], "nbest": 0}', 422, "nbest"),
+    ("/v1/translate", b'{"sentences": ["a"], "nbest": 5}', 413, "nbest 5: at most 4"),
+    ("/v1/translate", json.dumps({"sentences": ["a"] * 9}).encode(), 413, "9 sentences: at most 8"),
+    ("/v1/translate", json.dumps({"sentences": ["a" * 301]}).encode(), 413, "sentences[0]: 301 characters"),
+    ("/v1/translate", json.dumps({"sentences": ["a" * 25_000]}).encode(), 413, "over 20000 bytes"),
+    ("/v1/translate", b'{"model": 5, "sentences": ["a"]}', 404, "No such model '5'"),
+    ("/v1/score", b'{"model": 100, "sources": ["a"], "targets": []}', 422, "1 source lines but 0 target"),
+    ("/translator/translate", b"[]", 422, "at least one"),
+    ("/translator/translate", b'{"src": "a"}', 422, "valid list"),
+    ("/translator/translate", b'[{"id": 100}]', 422, "0.src: Field required"),
+    ("/translator/translate", b"not json", 400, "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "status", "fragment"), REFUSED)
+def test_a_refused_request_gets_a_one_line_json_error(
+    client: TestClient, route: str, body: bytes, status: int, fragment: str
+) -> None:
+    answer = client.post(route, content=body)
+    assert answer.status_code == status
+    error = answer.json()
+    assert error["status"] == "error" and fragment in error["error"] and "\n" not in error["error"]
+
+
+def malformed_bodies(count: int, seed: int = 0) -> list[bytes]:
+    """Bodies a broken or hostile client may send: cut and corrupted JSON, wrong types, huge strings,
+    invalid UTF-8, deep nesting, empty lists, numbers where text goes."""
+    rng = random.Random(seed)
+    good = [
+        json.dumps({"sentences": ["the cat sat"], "nbest": 2}).encode(),
+        json.dumps([{"src": "the cat", "id": 100}]).encode(),
+    ]
+    values = [None, 0, -1, 1e308, True, "", "x" * 400, [], {}, [[]], ["a"] * 20, {"a": 1}, "\ud800", 2**70]
+    makers = [
+        lambda: rng.choice(good)[: rng.randrange(1, 30)],  # cut short
+        lambda: bytes(rng.randrange(256) for _ in range(rng.randrange(1, 60))),  # noise
+        lambda: rng.choice(good).replace(b"the", bytes([rng.randrange(0x80, 0x100)])),  # invalid UTF-8
+        lambda: json.dumps({"sentences": rng.choice(values), "nbest": rng.choice(values)}).encode(),
+        lambda: json.dumps([{"src": rng.choice(values), "id": rng.choice(values)}]).encode(),
+        lambda: json.dumps(rng.choice(values)).encode(),
+        lambda: b"[" * rng.randrange(1, 3000),  # nesting
+        lambda: json.dumps(
+            {"model": rng.choice(values), "sources": ["a"], "targets": rng.choice(values)}
+        ).encode(),
+    ]
+    return [rng.choice(makers)() for _ in range(count)]
+
+
+def test_a_thousand_malformed_bodies_are_each_answered_and_the_server_keeps_serving(
+    client: TestClient,
+) -> None:
+    routes = ["/v1/translate", "/translator/translate", "/v1/score"]
+    statuses = []
+    for n, body in enumerate(malformed_bodies(1200)):
+        answer = client.post(routes[n % len(routes)], content=body)
+        statuses.append(answer.status_code)
+        assert answer.status_code in (200, 400, 404, 413, 422), (body[:80], answer.text[:200])
+        if answer.status_code != 200:
+            assert answer.json().get("status") == "error", (body[:80], answer.text[:200])
+            assert answer.json()["status"] == "error" and "\n" not in answer.json()["error"]
+    assert sum(status >= 400 for status in statuses) >= 1000
+    assert len(set(statuses)) >= 4
+    good = client.post("/v1/translate", json={"model": 100, "sentences": ["the cat sat"]})
+    assert good.status_code == 200 and len(good.json()["translations"]) == 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# micro-batching
+
+
+def run_together(batcher: MicroBatcher, requests: list[list[str]], settings=(1, False)) -> list:
+    async def together() -> list:
+        return await asyncio.gather(
+            *(batcher.submit(lines, settings) for lines in requests), return_exceptions=True
+        )
+
+    return asyncio.run(together())
+
+
+def test_requests_searched_together_get_the_answers_they_get_alone(tiny_run_dir: Path) -> None:
+    model = s2s.load(tiny_run_dir, beam_size=3)
+    batches: list[list[str]] = []
+
+    def search(lines: list[str], settings: tuple) -> list:
+        batches.append(lines)
+        return model.search(lines, *settings)
+
+    requests = [[f"{LINES[n % 2]} {'the ' * (n % 5)}".strip()] * (1 + n % 3) for n in range(12)]
+    with ThreadPoolExecutor(1) as executor:
+        batcher = MicroBatcher(search, executor, BatchLimits(max_sentences=16, max_wait=0.05))
+        together = run_together(batcher, requests, (2, True))
+    alone = [model.search(lines, 2, True) for lines in requests]
+    for got, expected in zip(together, alone, strict=True):
+        assert [[c.text for c in f.candidates] for f in got] == [
+            [c.text for c in f.candidates] for f in expected
+        ]
+        for found, wanted in zip(got, expected, strict=True):
+            # matrix kernels pick their blocking by row count, so the last float bits may differ
+            scores = [c.score for c in found.candidates]
+            assert scores == pytest.approx([c.score for c in wanted.candidates], rel=1e-5, abs=1e-6)
+            np.testing.assert_allclose(
+                found.attention.weights, wanted.attention.weights, rtol=1e-4, atol=1e-6
+            )
+    assert len(batches) < len(requests)  # they were batched
+    assert max(len(batch) for batch in batches) <= 16
+
+
+def test_a_long_request_shares_its_batches_with_the_requests_behind_it() -> None:
+    batches: list[list[str]] = []
+
+    def search(lines: list[str], settings: object) -> list[str]:
+        batches.append(lines)
+        return [line.upper() for line in lines]
+
+    long = [f"long {n}" for n in range(10)]
+    with ThreadPoolExecutor(1) as executor:
+        batcher = MicroBatcher(search, executor, BatchLimits(max_sentences=4, max_wait=0.05))
+        answers = run_together(batcher, [long, ["short"]])
+    assert answers == [[line.upper() for line in long], ["SHORT"]]
+    assert batches[0] == ["long 0", "short", "long 1", "long 2"]  # one line of each in turn
+    assert [len(batch) for batch in batches] == [4, 4, 3]
+
+
+def test_unmixed_batches_hold_one_requests_lines() -> None:
+    batches: list[list[str]] = []
+
+    def search(lines: list[str], settings: object) -> list[str]:
+        batches.append(lines)
+        return lines
+
+    requests = [["a b c"] * 3, ["d e"] * 2, ["f"]]
+    with ThreadPoolExecutor(1) as executor:
+        unmixed = MicroBatcher(search, executor, BatchLimits(max_wait=0.05), mix_requests=False)
+        assert run_together(unmixed, requests) == requests
+    assert batches == requests
+
+
+def test_a_request_that_breaks_the_search_fails_alone() -> None:
+    def search(lines: list[str], settings: object) -> list[str]:
+        if "boom" in lines:
+            raise RuntimeError("the search broke")
+        return lines
+
+    with ThreadPoolExecutor(1) as executor:
+        batcher = MicroBatcher(search, executor, BatchLimits(max_wait=0.05))
+        answers = run_together(batcher, [["a"], ["boom", "b"], ["c", "d"]])
+    assert answers[0] == ["a"] and answers[2] == ["c", "d"]
+    assert isinstance(answers[1], RuntimeError)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the conf file and the command line
+
+
+def test_a_conf_file_in_opennmt_pys_layout_is_read_and_checked(tmp_path: Path) -> None:
+    conf = tmp_path / "conf.json"
+    conf.write_text(
+        json.dumps(
+            {
+                "models_root": "ignored",
+                "models": [
+                    {
+                        "id": 100,
+                        "model": "runs/a",
+                        "opt": {"beam_size": 5, "n_best": 2, "report_align": True},
+                    },
+                    {"id": 101, "models": ["runs/a", "runs/b"], "name": "pair"},
+                ],
+            }
+        )
+    )
+    first, second = read_conf(conf)
+    assert (first.id, first.paths, first.decode, first.report_align) == (
+        100,
+        [str(tmp_path / "runs/a")],
+        {"beam_size": 5, "nbest": 2},
+        True,
+    )
+    assert second.paths == [str(tmp_path / "runs/a"), str(tmp_path / "runs/b")] and second.name == "pair"
+    for text, fragment in [
+        ('{"models": [', "conf.json:1: not JSON"),
+        ('{"models": []}', "at least one model"),
+        ('{"models": [{"id": 1}]}', 'models[0]: "model" must be a path'),
+        ('{"models": [{"id": "x", "model": "a"}]}', "models[0].id: expected an integer"),
+        ('{"models": [{"model": "a"}, {"model": "b"}]}', "model ids must differ"),
+    ]:
+        conf.write_text(text)
+        with pytest.raises(UserError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+            read_conf(conf)
+
+
+def test_serve_refuses_bad_options_in_one_line(tmp_path: Path, tiny_run_dir: Path) -> None:
+    assert_one_line_error(run_main("serve"), "give --model")
+    assert_one_line_error(
+        run_main("serve", "--model", str(tiny_run_dir), "--conf", str(tmp_path / "c.json")), "not both"
+    )
+    assert_one_line_error(
+        run_main("serve", "--model", str(tiny_run_dir), "--max-sentences", "0"), "--max-sentences"
+    )
+    assert_one_line_error(run_main("serve", "--model", str(tmp_path / "none")), "no such run directory")
+    assert_one_line_error(
+        run_main("serve", "--model", str(tiny_run_dir), "--beam", "0"), "model 100: decode.beam_size"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a real server: SIGTERM, and the page in a browser
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(*args: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    command = [sys.executable, "-m", "seq2seq_attn", "serve", "--port", str(port), *args]
+    server = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.TransportError:
+            if server.poll() is not None:
+                break
+            time.sleep(0.2)
+    server.kill()
+    raise AssertionError(f"the server did not start: {server.stdout.read().decode()[-2000:]}")
+
+
+@pytest.mark.slow(seconds=15)
+def test_sigterm_answers_the_requests_in_flight_then_exits(tiny_run_dir: Path) -> None:
+    # a batch waits 2 s for company: the request is in flight when SIGTERM comes
+    server, url = start_server("--model", str(tiny_run_dir), "--max-wait-ms", "2000", "--beam", "2")
+    try:
+        answers: list[httpx.Response] = []
+        request = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(f"{url}/v1/translate", json={"sentences": LINES}, timeout=60)
+            )
+        )
+        request.start()
+        time.sleep(0.8)
+        server.send_signal(signal.SIGTERM)
+        request.join(60)
+        assert server.wait(60) == 0
+        assert answers[0].status_code == 200
+        assert len(answers[0].json()["translations"]) == len(LINES)
+        with pytest.raises(httpx.TransportError):  # and it no longer listens
+            httpx.get(f"{url}/v1/health", timeout=2)
+    finally:
+        server.kill()
+
+
+@pytest.mark.slow(seconds=40)
+def test_the_page_translates_and_draws_the_attention_in_chromium(tiny_run_dir: Path, tmp_path: Path) -> None:
+    server, url = start_server("--model", str(tiny_run_dir), "--beam", "3")
+    try:
+        page = f"{url}/?q=the%20cat%20sat&q=a%20dog&show=0"
+        # the virtual time budget lets the page's requests finish before the DOM is written
+        dom, console, requests = browse(
+            page, tmp_path / "browser", "--virtual-time-budget=30000", "--dump-dom"
+        )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+    assert console == []
+    assert all(request.startswith(url) for request in requests)  # offline: nothing from elsewhere
+    best = s2s.load(tiny_run_dir, beam_size=3).nbest(["the cat sat", "a dog"], 5)
+    assert dom.count('<li data-index="') == 2
+    assert f'{best[0][0].text}<span class="source">the cat sat</span>' in dom
+    attention = s2s.load(tiny_run_dir, beam_size=5).attention("the cat sat")
+    assert dom.count('<table class="attention">') == 1
+    assert dom.count("<td ") == attention.weights.size  # one cell per (target piece, source piece)
+    assert dom.count('<span class="score">') == len(best[0])  # the n-best list
+
+
+def test_the_server_module_keeps_torch_threads_and_env_alone() -> None:
+    code = "import seq2seq_attn.cli.serve, sys; print('torch' in sys.modules, 'fastapi' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ
+    )
+    assert result.stdout.split() == ["False", "False"]  # `seq2seq --help` does not pay for the server
