@@ -99,40 +99,40 @@ def start(label: str, command: list[str], env: dict[str, str], log: Path, port: 
 
 def ours_command(args: argparse.Namespace, port: int, extra: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "seq2seq_attn", "serve", "--model", str(args.ours), "--port", str(port),
+        sys.executable, "-m", "seq2seq_attn", "--quiet", "serve", "--model", str(args.ours), "--port", str(port),
         "--beam", str(args.beam), "--nbest", "1", "--device", "cpu", "--threads", str(args.threads),
-        "--max-sentences", "1000", "--quiet", *extra,
+        "--max-sentences", "1000", *extra,
     ]  # fmt: skip
 
 
 def opennmt_conf(args: argparse.Namespace, folder: Path) -> Path:
     """conf.json for `onmt_server`: the model, beam and batch, and its sentencepiece models through
     pyonmttok (the tokenizer its server ships with; `mode: none` keeps sentencepiece's pieces)."""
-    tokenizer = lambda model: {"type": "pyonmttok", "mode": "none", "params": {"sp_model_path": str(model)}}  # noqa: E731
-    conf = {
-        "models_root": str(folder),
-        "models": [
-            {
-                "id": 100,
-                "model": str(args.opennmt_model.resolve()),
-                "timeout": -1,
-                "load": True,
-                "opt": {"beam_size": args.beam, "n_best": 1, "batch_size": 64, "max_length": 250},
-                "tokenizer": {"src": tokenizer(args.opennmt_sp_src), "tgt": tokenizer(args.opennmt_sp_tgt)},
-            },
-            {
-                "id": 101,
-                "model": str(args.opennmt_model.resolve()),
-                "timeout": -1,
-                "load": True,
-                "opt": {"beam_size": args.beam, "n_best": 2, "max_length": 250},
-                "tokenizer": {"src": tokenizer(args.opennmt_sp_src), "tgt": tokenizer(args.opennmt_sp_tgt)},
-            },
-        ],
+    tokenizers = {
+        side: _pyonmttok(model)
+        for side, model in [("src", args.opennmt_sp_src), ("tgt", args.opennmt_sp_tgt)]
     }
+
+    def entry(model_id: int, n_best: int) -> dict[str, Any]:
+        opt = {"beam_size": args.beam, "n_best": n_best, "batch_size": 64, "max_length": 250}
+        model = str(args.opennmt_model.resolve())
+        return {
+            "id": model_id,
+            "model": model,
+            "timeout": -1,
+            "load": True,
+            "opt": opt,
+            "tokenizer": tokenizers,
+        }
+
+    conf = {"models_root": str(folder), "models": [entry(100, 1), entry(101, 2)]}  # 101: the fixture's n-best
     path = folder / "conf.json"
     write_text(path, json.dumps(conf, indent=1))
     return path
+
+
+def _pyonmttok(model: Path) -> dict[str, Any]:
+    return {"type": "pyonmttok", "mode": "none", "params": {"sp_model_path": str(model.resolve())}}
 
 
 def opennmt_command(conf: Path, port: int) -> list[str]:

@@ -315,6 +315,31 @@ def test_a_request_that_breaks_the_search_fails_alone() -> None:
     assert isinstance(answers[1], RuntimeError)
 
 
+def test_a_slow_search_blocks_neither_other_models_nor_health_checks(client: TestClient) -> None:
+    release, started = threading.Event(), threading.Event()
+    batcher = client.app.state.hosted[100].batcher
+    search = batcher.search
+
+    def slow(lines: list[str], settings: tuple) -> list:
+        started.set()
+        release.wait(30)
+        return search(lines, settings)
+
+    batcher.search = slow
+    answers: list = []
+    body = {"model": 100, "sentences": ["the cat sat"]}
+    waiting = threading.Thread(target=lambda: answers.append(client.post("/v1/translate", json=body)))
+    waiting.start()
+    assert started.wait(30)  # model 100 is searching, and stays so until released
+    assert client.get("/v1/health").status_code == 200
+    other = client.post("/v1/translate", json={"model": 7, "sentences": ["a dog"]})
+    assert other.status_code == 200 and len(other.json()["translations"]) == 1
+    assert not answers  # the slow one is still searching
+    release.set()
+    waiting.join(30)
+    assert answers[0].status_code == 200
+
+
 # ----------------------------------------------------------------------------------------------------------
 # the conf file and the command line
 

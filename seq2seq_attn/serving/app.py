@@ -182,6 +182,7 @@ def create_app(hosted: dict[int, HostedModel], limits: Limits = Limits(), url_ro
         summary="RNN encoder-decoder translation with attention: OpenNMT-py's REST routes and /v1.",
         lifespan=lifespan,
     )
+    app.state.hosted = hosted
     app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
     url_root = "/" + url_root.strip("/")
 
