@@ -32,7 +32,7 @@ from seq2seq_attn.config import DecodeConfig, choices_enum, load_config
 from seq2seq_attn.io import read_lines, write_json, write_text
 
 from . import logs, report
-from .machine import describe, load_warning, span_warning
+from .machine import describe, load_warning, provenance_warnings, span_warning
 from .measure import Job, launched, run_job
 from .toolkits import PEERS, Levers, Ours, Pieces, Settings, Skip, Toolkit, export_pieces
 
@@ -234,6 +234,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.by_length:
         _step("scoring the beam-search outputs by length")
         result["by_length"] = score_by_length(result, data_dir, args, env)
+    for warning in provenance_warnings(machine):
+        _warn(result, warning)
     report.summarise(result)
     write_json(out / "results.json", result)
     json_path = report.save(result, args.doc)

@@ -37,7 +37,7 @@ from seq2seq_attn.decoding.search import top_candidates
 from seq2seq_attn.io import write_json, write_text
 from seq2seq_attn.model.recurrent import RecurrentStack
 
-from .machine import describe, summary
+from .machine import describe, provenance_warnings, summary
 
 PROG = f"python -m {__spec__.name}"
 
@@ -124,6 +124,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"    {result['command']}",
         "",
         f"- machine: {summary(result['machine'])}",
+        *(f"- **warning**: {warning}" for warning in result.get("warnings", [])),
         f"- input gates: embeddings {result['embed']}, {result['gates']} gate pre-activations per row",
         "",
         "| vocabulary | beam | rows | operation | A | A (ms) | B | B (ms) | A / B |",
@@ -142,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    machine = describe("cpu", args.threads)  # first: the load and the checkout before any of our work
     rows = []
     for vocab in (int(v) for v in args.vocab.split(",")):
         for beam in (int(b) for b in args.beam.split(",")):
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
             rows += measure(vocab, args.sentences, beam, args)
     result = {
         "command": f"{PROG} " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": describe("cpu", args.threads),
+        "machine": machine,
+        "warnings": provenance_warnings(machine),
         "embed": args.embed,
         "gates": args.gates,
         "rows": rows,

@@ -36,7 +36,15 @@ from seq2seq_attn.model.device import bf16_autocast
 from seq2seq_attn.training.optim import build_optimizer
 from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 
-from .machine import LoadWatch, describe, load_warning, own_cpu_seconds, span_warning, summary
+from .machine import (
+    LoadWatch,
+    describe,
+    load_warning,
+    own_cpu_seconds,
+    provenance_warnings,
+    span_warning,
+    summary,
+)
 
 PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 FIRST_ID = EOS_ID + 1  # random ids avoid the special ones
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.peak and device.type == "cpu":
         machine["matmul_peak_gflop_per_s"] = {threads: matmul_peak(threads) for threads in (1, 2)}
     found = (load_warning(machine["load_before"]), span_warning("the measurements", others))
-    warnings = [warning for warning in found if warning]
+    warnings = [warning for warning in found if warning] + provenance_warnings(machine)
     result = {
         "command": f"{PROG} " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": machine,

@@ -5,6 +5,10 @@ faster than fp32 on a CPU with AVX-512 BF16 and 1.4x slower on another. Every re
 CPU model and its vector and matrix flags (what `lscpu` shows, read from /proc/cpuinfo), the kernels ATen
 picked (`torch.backends.cpu.get_cpu_capability()`), torch's version and its threads.
 
+A figure belongs to the code that made it: every report records the commit and whether the checkout had
+changes (tracked or untracked files), at the start and at the end of the run; a run started on a changed
+tree, or whose commit changed while it ran, says so in its warnings (`provenance_warnings`).
+
 A shared machine gives noisy figures. `LoadWatch` measures, over one timed span, how many cores other
 processes kept busy: the CPU time of every process (/proc/stat) minus our own. It also keeps the highest
 1-minute load average seen, which includes our own work. `COMPETING_CORES` is where the report warns.
@@ -16,6 +20,7 @@ import datetime
 import os
 import platform
 import resource
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ COMPETING_CORES = 0.5  # other processes keeping this many cores busy make a fig
 # the flags that decide which kernels run: vector widths, bf16/fp16/int8 dot products, matrix units
 ISA_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
 PROC_STAT = Path("/proc/stat")
+REPOSITORY = Path(__file__).resolve().parent.parent
 SAMPLE_SECONDS = 5.0  # how often a LoadWatch reads the load average
 
 
@@ -55,11 +61,40 @@ def describe(device: str, threads: int) -> dict[str, Any]:
         "device": device,
         "load_before": round(os.getloadavg()[0], 2),
         "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
+        "provenance": provenance(),
     }
     if device == "cuda":
         description["gpu"] = torch.cuda.get_device_name(0)
         description["cuda"] = torch.version.cuda
     return description
+
+
+def provenance(root: Path = REPOSITORY) -> dict[str, Any] | None:
+    """The checkout's commit and whether any file differs from it (None outside a git checkout)."""
+    try:
+        git = lambda *args: subprocess.run(  # noqa: E731
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def provenance_warnings(machine: dict[str, Any], root: Path = REPOSITORY) -> list[str]:
+    """At the end of a run: records the checkout's state then (`provenance_end`) and warns when the run
+    started on a changed tree, or the tree or its commit changed while it ran."""
+    start, end = machine.get("provenance"), provenance(root)
+    machine["provenance_end"] = end
+    if start is None or end is None:
+        return ["not run from a git checkout: the code it measured is not recorded"]
+    warnings = []
+    if start["dirty"]:
+        warnings.append(f"started on a checkout with uncommitted changes (commit {start['commit'][:10]})")
+    if end["commit"] != start["commit"]:
+        warnings.append(f"the commit changed while it ran: {start['commit'][:10]} -> {end['commit'][:10]}")
+    elif end["dirty"] and not start["dirty"]:
+        warnings.append("files of the checkout changed while it ran")
+    return warnings
 
 
 def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, list[str]]:
@@ -73,10 +108,12 @@ def summary(machine: dict[str, Any]) -> str:
     flags = " ".join(machine.get("cpu_flags") or []) or "unknown"
     capability = machine.get("cpu_capability", "unknown")
     limits = " ".join(f"{name}={value}" for name, value in machine.get("isa_limits", {}).items())
+    code = machine.get("provenance")
     return (
         f"{machine['cpu']}, {machine['cores']} cores; flags: {flags}; ATen kernels {capability}; "
         f"torch {machine['torch']} ({machine['torch_threads']} threads)"
         + (f"; instruction sets limited by {limits}" if limits else "")
+        + (f"; commit {code['commit'][:10]}{' with changes' if code['dirty'] else ''}" if code else "")
     )
 
 

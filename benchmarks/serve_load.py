@@ -37,7 +37,7 @@ import httpx
 
 from seq2seq_attn.io import read_lines, write_json, write_text
 
-from .machine import cpu_model_and_flags, describe, summary
+from .machine import describe, load_warning, provenance_warnings, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = f"python -m {__spec__.name}"
@@ -99,9 +99,9 @@ def start(label: str, command: list[str], env: dict[str, str], log: Path, port: 
 
 def ours_command(args: argparse.Namespace, port: int, extra: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "seq2seq_attn", "--quiet", "serve", "--model", str(args.ours), "--port", str(port),
-        "--beam", str(args.beam), "--nbest", "1", "--device", "cpu", "--threads", str(args.threads),
-        "--max-sentences", "1000", *extra,
+        sys.executable, "-m", "seq2seq_attn", "--quiet", "serve", "--model", str(args.ours),
+        "--port", str(port), "--beam", str(args.beam), "--nbest", "1", "--device", "cpu",
+        "--threads", str(args.threads), "--max-sentences", "1000", *extra,
     ]  # fmt: skip
 
 
@@ -243,6 +243,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Command: `{result['command']}`",
         "",
         f"Machine: {summary(result['machine'])}; each server {result['settings']['threads']} threads.",
+        *(f"\n**Warning**: {warning}" for warning in result["warnings"]),
         "",
         "| system | clients | requests/s | p50 ms | p95 ms | p99 ms | errors | mean output words "
         "| peak RSS MiB |",
@@ -306,7 +307,6 @@ def main(argv: list[str] | None = None) -> None:
     result: dict[str, Any] = {
         "command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
         "machine": describe("cpu", args.threads),
-        "cpu": cpu_model_and_flags()[0],
         "settings": {"beam": args.beam, "threads": args.threads, "requests": args.requests,
                      "seconds": args.seconds, "clients": args.clients, "route": ROUTE},
         "systems": [],
@@ -339,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
     if args.int8_agreement:
         result["int8_agreement"] = int8_agreement(args, sentences)
+    warnings = [load_warning(result["machine"]["load_before"]), *provenance_warnings(result["machine"])]
+    result["warnings"] = [warning for warning in warnings if warning]
     write_json(args.doc.with_suffix(".json"), result)
     write_text(args.doc, markdown(result))
     print(markdown(result))

@@ -295,9 +295,33 @@ def test_a_run_under_instruction_set_limits_says_so(monkeypatch):
     monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
     described = machine.describe("cpu", threads=0)
     assert described["isa_limits"] == {"ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
-    assert machine.summary(described).endswith(
-        "; instruction sets limited by ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2"
+    assert "; instruction sets limited by ONEDNN_MAX_CPU_ISA=SSE41 MKL_ENABLE_INSTRUCTIONS=SSE4_2" in (
+        machine.summary(described)
     )
+
+
+def test_a_report_names_its_commit_and_warns_of_changes_before_or_during_the_run(tmp_path: Path) -> None:
+    git = lambda *args: subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    clean = machine.provenance(tmp_path)
+    assert clean is not None and len(clean["commit"]) == 40 and not clean["dirty"]
+
+    def warnings_after(change) -> list[str]:
+        described = {"provenance": machine.provenance(tmp_path)}
+        change()
+        return machine.provenance_warnings(described, tmp_path)
+
+    assert warnings_after(lambda: None) == []
+    assert warnings_after(lambda: (tmp_path / "a.py").write_text("x = 2\n")) == [
+        "files of the checkout changed while it ran"
+    ]
+    assert warnings_after(lambda: None)[0].startswith("started on a checkout with uncommitted changes")
+    commit = lambda: git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")  # noqa: E731
+    assert any(w.startswith("the commit changed while it ran") for w in warnings_after(commit))
+    assert machine.provenance(tmp_path / "nowhere") is None
 
 
 def test_cpu_model_and_flags_come_from_cpuinfo(tmp_path):
