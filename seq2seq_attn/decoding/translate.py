@@ -46,7 +46,7 @@ from ..config import DecodeConfig
 from ..console import progress
 from ..errors import UserError
 from ..io import atomic_write, open_binary, read_lines
-from ..vocab.pieces import UNK_ID, WORD_BOUNDARY, Vocab
+from ..vocab.pieces import UNK_ID, WORD_BOUNDARY, Vocab, word_of_piece
 from .search import Hypothesis, translate_ids
 
 CHUNK_LINES = 1000  # lines translated together when reading a file or a pipe (1 on a terminal)
@@ -83,14 +83,11 @@ def load_dictionary(path: str | Path) -> dict[str, str]:
 
 def piece_words(pieces: Sequence[str]) -> list[str]:
     """For each source piece, the whitespace word it belongs to: ['▁new', 'ton'] -> ['newton', 'newton']."""
-    words: list[str] = []
-    owner: list[int] = []
-    for piece in pieces:
-        if piece.startswith(WORD_BOUNDARY) or not words:
-            words.append("")
-        words[-1] += piece.removeprefix(WORD_BOUNDARY)
-        owner.append(len(words) - 1)
-    return [words[i] for i in owner]
+    owner = word_of_piece(pieces)
+    words = [""] * (owner[-1] + 1 if owner else 0)
+    for piece, word in zip(pieces, owner, strict=True):
+        words[word] += piece.removeprefix(WORD_BOUNDARY)
+    return [words[word] for word in owner]
 
 
 @dataclass

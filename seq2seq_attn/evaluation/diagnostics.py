@@ -24,13 +24,14 @@ sentences, and the length ratio is the ratio of the sums, so a long sentence wei
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..vocab.pieces import WORD_BOUNDARY
+from ..vocab.pieces import word_of_piece
 
 DROPPED_BELOW = 0.5  # a source word whose coverage is below this was likely left untranslated
 REPEATED_ABOVE = 2.0  # ... above this, translated more than once
@@ -112,12 +113,7 @@ class SentenceCounts:
 
 def piece_counts(pieces: Sequence[str]) -> list[int]:
     """The number of pieces of each word: a word starts at a piece that begins with `▁` (or the first)."""
-    counts: list[int] = []
-    for piece in pieces:
-        if piece.startswith(WORD_BOUNDARY) or not counts:
-            counts.append(0)
-        counts[-1] += 1
-    return counts
+    return list(collections.Counter(word_of_piece(pieces)).values())
 
 
 def attention_counts(word_weights: np.ndarray) -> tuple[float, int, int, int]:

@@ -36,6 +36,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import __version__
 from ..api import Attention, Found
 from ..errors import UserError
+from ..vocab.pieces import word_of_piece
 from .hosting import HostedModel
 from .limits import Limits
 
@@ -104,8 +105,8 @@ def word_alignment(attention: Attention) -> tuple[str, str]:
     """OpenNMT-py's `align` and `align_score` of a translation, over whitespace words: `i-j` pairs
     (source word i, target word j), each target word linked to the source word of its most attended
     piece, sorted by source then target; and `j-score` (that piece's weight) for each target word."""
-    source_words = _word_of_piece(attention.source[:-1])  # the last column is the source </s>
-    target_words = _word_of_piece(attention.target[:-1])
+    source_words = word_of_piece(attention.source[:-1])  # the last column is the source </s>
+    target_words = word_of_piece(attention.target[:-1])
     best: dict[int, tuple[float, int]] = {}
     for row, word in enumerate(target_words):
         weights = attention.weights[row, : len(source_words)]
@@ -117,16 +118,6 @@ def word_alignment(attention: Attention) -> tuple[str, str]:
         " ".join(f"{i}-{j}" for i, j in pairs),
         " ".join(f"{j}-{score:.5f}" for j, (score, _) in sorted(best.items())),
     )
-
-
-def _word_of_piece(pieces: Sequence[str]) -> list[int]:
-    """The 0-based whitespace word each sentencepiece piece belongs to (a word starts at "▁")."""
-    words, word = [], -1
-    for piece in pieces:
-        if piece.startswith("\u2581") or word < 0:
-            word += 1
-        words.append(word)
-    return words
 
 
 # --- the application ----------------------------------------------------------------------------------------

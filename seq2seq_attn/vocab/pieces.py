@@ -42,6 +42,17 @@ SAMPLING_SEED = 1234  # seed of sentencepiece's sampling of `input_sentence_size
 WORD_BOUNDARY = "\u2581"  # sentencepiece's "▁", which starts every word
 
 
+def word_of_piece(pieces: Sequence[str]) -> list[int]:
+    """The 0-based whitespace word each piece belongs to: a word starts at a piece that begins with
+    WORD_BOUNDARY (or at the first piece). ['▁new', 'ton', '▁apple'] -> [0, 0, 1]."""
+    words, word = [], -1
+    for piece in pieces:
+        if piece.startswith(WORD_BOUNDARY) or word < 0:
+            word += 1
+        words.append(word)
+    return words
+
+
 def vocab_dir(config: Config) -> Path:
     return config.data_dir / "vocab"
 
