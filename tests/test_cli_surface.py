@@ -58,6 +58,8 @@ EXPECTED_OPTIONS = {
         "--set",
         "--significance",
         "--src",
+        "--task-lang",
+        "--task-ref",
         "--words",
         "--words-lang",
     ],
