@@ -15,25 +15,27 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import assert_one_line_error, run_main
+from helpers import assert_one_line_error, load_script, run_main
 
-from seq2seq_attn.config import Multi30kConfig
+from seq2seq_attn.config import Multi30kConfig, load_config
 from seq2seq_attn.data import multi30k
 from seq2seq_attn.io import sha256_file
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "multi30k"
+ROOT = Path(__file__).resolve().parent.parent
+MULTI30K = ROOT.parent / "shared" / "corpora" / "multi30k"
 needs_copy = pytest.mark.skipif(not MULTI30K.is_dir(), reason="the Multi30k copy of ../shared is not here")
 
 
-def fake_files(folder: Path) -> dict[str, str]:
-    """A tiny en-fr stand-in of every file the pair needs, raw ones gzipped; returns their sha256."""
+DOG = {"en": "A dog", "fr": "Un chien", "de": "Ein Hund"}
+
+
+def fake_files(folder: Path, tgt_lang: str = "fr") -> dict[str, str]:
+    """A tiny stand-in of every file the pair en-`tgt_lang` needs, raw ones gzipped; returns their sha256."""
     folder.mkdir(parents=True, exist_ok=True)
     sizes = {"train": 40, "val": 6, "test_2016_flickr": 5, "test_2017_flickr": 4}
-    for name in multi30k.needed("en", "fr"):
+    for name in multi30k.needed("en", tgt_lang):
         split, lang = name.split(".")[0], name.removesuffix(".gz").rsplit(".", 1)[1]
-        lines = [
-            f"{'A dog' if lang == 'en' else 'Un chien'} number {i} of {split}." for i in range(sizes[split])
-        ]
+        lines = [f"{DOG[lang]} number {i} of {split}." for i in range(sizes[split])]
         text = "".join(line + "\n" for line in lines).encode()
         (folder / name).write_bytes(gzip.compress(text, mtime=0) if name.endswith(".gz") else text)
     return {path.name: sha256_file(path) for path in folder.iterdir()}
@@ -171,21 +173,25 @@ def test_languages_outside_the_files_are_one_line_errors(tmp_path, fake):
     assert_one_line_error(result, "`data.tgt_lang` 'cs'", "en, de, fr")
 
 
-def test_the_test_sets_are_both_official_ones_with_the_tasks_references(tmp_path):
-    sets = multi30k.test_sets(Multi30kConfig(dir=str(tmp_path)), "en", "de")
-    assert [(s.name, s.src.name, s.ref.name, s.task_ref.name) for s in sets] == [
+@pytest.mark.parametrize("tgt_lang", ["fr", "de"])
+def test_the_recipe_configs_prepare_from_a_copy_and_score_both_official_test_sets(
+    tmp_path, monkeypatch, tgt_lang
+):
+    official = tmp_path / "official"
+    monkeypatch.setattr(multi30k, "SHA256", fake_files(official, tgt_lang))
+    config = ROOT / "configs" / f"multi30k_en{tgt_lang}.yaml"
+    sets = [f"data.multi30k.dir={official}", f"data.dir={tmp_path / 'data'}"]
+    result = run_main("--quiet", "data", "prepare", str(config), *(f"--set={item}" for item in sets))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "data" / "test.tgt").read_text().startswith(f"{DOG[tgt_lang]} number 0 of test_2016")
+    assert load_script("reproduce").test_sets(load_config(config, sets)) == [
         (
-            "test_2016_flickr",
-            "test_2016_flickr.en.gz",
-            "test_2016_flickr.de.gz",
-            "test_2016_flickr.lc.norm.tok.de",
-        ),
-        (
-            "test_2017_flickr",
-            "test_2017_flickr.en.gz",
-            "test_2017_flickr.de.gz",
-            "test_2017_flickr.lc.norm.tok.de",
-        ),
+            name,
+            official / f"{name}.en.gz",
+            official / f"{name}.{tgt_lang}.gz",
+            official / f"{name}.lc.norm.tok.{tgt_lang}",
+        )
+        for name in ("test_2016_flickr", "test_2017_flickr")
     ]
 
 
