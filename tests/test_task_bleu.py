@@ -127,7 +127,7 @@ def test_eval_reports_the_task_bleu_beside_sacrebleu_in_every_format(task_files,
 
     text = result.stdout.decode()
     assert "BLEU-task" in text and f"Task references: {files['task']}" in text
-    assert "BLEU-task: the task's BLEU: lowercased" in render(report, "markdown")
+    assert "BLEU-task: a shared task's own BLEU: the hypotheses lowercased" in render(report, "markdown")
     csv_lines = render(report, "csv").splitlines()
     assert "bleu_moses,bleu_task" in csv_lines[0]
     bleu_task = csv_lines[0].split(",").index("bleu_task")

@@ -65,8 +65,9 @@ METRICS = (
         "BLEU-task",
         2,
         optional=True,
-        note="the task's BLEU: lowercased, punctuation-normalised, Moses-tokenised (escaped) hypotheses "
-        "against the task's processed references, no further tokenisation, no smoothing",
+        note="a shared task's own BLEU: the hypotheses lowercased, punctuation-normalised and "
+        "Moses-tokenised with escaping, against the task's processed references, with no further "
+        "tokenisation and no smoothing",
     ),
 )
 INTERVAL = ("ci_low", "ci_high")  # the bootstrap interval's fields, after its metric's
