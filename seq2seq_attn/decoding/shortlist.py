@@ -16,6 +16,8 @@ fewer), `frequent` (the most frequent target ids), and which weights it was lear
 file's name and the weights' fingerprint (`model/checkpoint.weights_fingerprint`). Translating with other
 weights (the run trained on, another checkpoint, `--average`) uses the table still, with a warning, once
 per table: the candidates of other weights are still plausible, but no longer the model's own.
+`seq2seq export` copies the table into the exported model folder (model_folder.py) with what it records,
+so that the check holds there against the exported weights.
 """
 
 from __future__ import annotations
