@@ -11,10 +11,20 @@ import sys
 from pathlib import Path
 
 import huggingface_hub
+import huggingface_hub.constants as hub_constants
 import pytest
 import torch
 import yaml
-from helpers import ENV, assert_one_line_error, make_run_dir, run_main, snapshot, tiny_config, write_corpus
+from helpers import (
+    ENV,
+    assert_one_line_error,
+    make_run_dir,
+    run_main,
+    snapshot,
+    tiny_config,
+    tiny_model,
+    write_corpus,
+)
 from safetensors.torch import load_file
 
 import seq2seq_attn as s2s
@@ -96,6 +106,20 @@ def test_the_folder_holds_safetensors_the_config_the_vocabulary_and_a_card_and_n
         assert (exported / "vocab" / name).read_bytes() == (tiny_run_dir / "vocab" / name).read_bytes()
 
 
+def test_tied_weights_are_stored_under_each_name_and_load_back_tied(tmp_path: Path) -> None:
+    """safetensors refuses two names for one tensor: a tied embedding is written as two copies, and
+    loading fills the one parameter from both (the same values)."""
+    tied = tiny_model("gru-bi-1", "general", "rnnsearch", tie_embeddings=True, maxout_dim=8)
+    model_folder.write_weights(tied, tmp_path / "model.safetensors")
+    weights = load_file(tmp_path / "model.safetensors")
+    assert torch.equal(weights["decoder.output.weight"], weights["decoder.embed.weight"])
+    loaded = tiny_model("gru-bi-1", "general", "rnnsearch", seed=1, tie_embeddings=True, maxout_dim=8)
+    loaded.load_state_dict(weights)
+    assert loaded.decoder.output.weight is loaded.decoder.embed.weight
+    expected = tied.state_dict()
+    assert all(torch.equal(tensor, expected[name]) for name, tensor in loaded.state_dict().items())
+
+
 def test_the_card_describes_the_model_its_data_and_its_checkpoint(exported: Path, tiny_run_dir: Path) -> None:
     card = (exported / "README.md").read_text(encoding="utf-8")
     meta = front_matter(card)
@@ -116,7 +140,7 @@ def test_the_card_describes_the_model_its_data_and_its_checkpoint(exported: Path
         assert fragment in card, fragment
 
 
-@pytest.mark.slow(seconds=8)
+@pytest.mark.slow(seconds=12)
 def test_translations_and_scores_from_the_folder_are_the_runs(
     exported: Path, tiny_run_dir: Path, source: Path, tmp_path: Path
 ) -> None:
@@ -142,7 +166,7 @@ def test_translations_and_scores_from_the_folder_are_the_runs(
     assert scored[0].returncode == 0 and scored[0].stdout == scored[1].stdout
 
 
-@pytest.mark.slow(seconds=6)
+@pytest.mark.slow(seconds=10)
 def test_eval_int8_the_lexical_shortlist_and_mixed_ensembles_from_the_folder(
     tiny_run_dir: Path, source: Path, tmp_path: Path
 ) -> None:
@@ -343,6 +367,7 @@ def test_push_uploads_the_folder_with_the_hub_client(
     assert (folder / "model.safetensors").is_file()  # the folder is written before the push
 
 
+@pytest.mark.slow(seconds=5)
 def test_hf_models_load_from_the_hub_cache_offline(
     exported: Path, tiny_run_dir: Path, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -351,14 +376,24 @@ def test_hf_models_load_from_the_hub_cache_offline(
     cache = hub_cache(tmp_path / "hub", exported)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # (read by the client at import)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)  # (read by the client at import)
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
     snapshot_folder = cache / "models--owner--tiny" / "snapshots" / COMMIT
     assert Path(huggingface_hub.snapshot_download("owner/tiny")) == snapshot_folder
     expected = s2s.load(tiny_run_dir).translate(LINES)
     assert s2s.load("hf://owner/tiny").translate(LINES) == expected
     assert s2s.load(f"hf://owner/tiny@{COMMIT}").translate(LINES) == expected
     assert translate("hf://owner/tiny", source) == translate(tiny_run_dir, source)
+    reference = tmp_path / "ref.txt"
+    reference.write_text("".join(line + "\n" for line in expected), encoding="utf-8")
+    scored = run_main(
+        "eval", "--model", "hf://owner/tiny", "--src", str(source), "--ref", str(reference), cwd=tmp_path
+    )
+    assert scored.returncode == 0, scored.stderr
+    assert (tmp_path / "src.tiny.hyp").read_text(
+        encoding="utf-8"
+    ).splitlines() == expected  # not in the cache
+    assert snapshot(snapshot_folder) == snapshot(exported)
     assert_one_line_error(
         run_main("translate", "--model", "hf://owner/missing", "--input", str(source)),
         "hf://owner/missing: cannot fetch it from the Hugging Face hub: offline mode is on (HF_HUB_OFFLINE) "
@@ -372,8 +407,8 @@ def test_hf_models_load_from_the_hub_cache_offline(
         run_main("translate", "--model", "hf://owner/other", "--input", str(source)),
         "hf://owner/other: not a model folder of `seq2seq export`",
     )
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub_constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens
     assert_one_line_error(
         run_main("translate", "--model", "hf://owner/missing", "--input", str(source)),
         "hf://owner/missing: cannot fetch it from the Hugging Face hub: the hub is unreachable",
