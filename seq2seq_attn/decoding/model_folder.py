@@ -42,6 +42,7 @@ from ..io import atomic_folder, atomic_write, read_json, write_json, write_text
 from ..model.checkpoint import weights_fingerprint
 from ..model.summary import count_parameters
 from ..vocab.pieces import Vocab
+from .hub import HUB_PREFIX
 from .run_folder import (
     VOCAB_DIR,
     averaged_weights,
@@ -289,7 +290,7 @@ def summary(config: Config) -> str:
 
 
 def usage(repo_id: str | None) -> str:
-    name = f"hf://{repo_id or 'OWNER/NAME'}"
+    name = HUB_PREFIX + (repo_id or "OWNER/NAME")
     python = (
         f'import seq2seq_attn as s2s\n\nmodel = s2s.load("{name}")\nprint(model.translate(["A sentence."]))'
     )
