@@ -63,6 +63,7 @@ EXPECTED_OPTIONS = {
         "--words",
         "--words-lang",
     ],
+    "export": ["--average", "--force", "--output -o", "--plot", "--push", "--report", "<run>"],
     "lexical-shortlist": ["--device", "--frequent", "--sentences", "--top-k", "<run>"],
     "model-info": ["--set", "--src-vocab", "--tgt-vocab", "<config>"],
     "plot curve": ["--output -o", "<reports>"],

@@ -58,8 +58,9 @@ def eval_command(
     model: list[Path] = typer.Option(
         [],
         "--model",
-        help="A trained run (or checkpoint): translate --src with its decode settings, then score it; the "
-        "hypotheses are kept next to the report (or in the run directory). Repeatable.",
+        help="A trained run (or checkpoint, exported model folder, hf://OWNER/NAME): translate --src with "
+        "its decode settings, then score it; the hypotheses are kept next to the report (or in the run "
+        "directory; for hf://, the working directory). Repeatable.",
     ),
     ensemble: list[str] = typer.Option(
         [],

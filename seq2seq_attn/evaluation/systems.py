@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config, EvalConfig, override
 from ..console import info
 from ..data import moses
+from ..decoding.hub import hub_model
 from ..errors import UserError
 from ..io import read_json, write_text
 from .by_length import (
@@ -73,13 +74,26 @@ class Evaluation:
 
 
 def default_run_label(runs: Sequence[Path]) -> str:
-    """A run's name, or `<run>-<checkpoint>` for a checkpoint file; an ensemble's joined by `+`."""
-    return "+".join(run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}" for run in runs)
+    """A run's (or model folder's) name, `<run>-<checkpoint>` for a checkpoint file, a hub model's NAME
+    (of hf://OWNER/NAME); an ensemble's joined by `+`."""
+    return "+".join(_run_label(run) for run in runs)
+
+
+def _run_label(run: Path) -> str:
+    if (model := hub_model(run)) is not None:
+        return model.repo_id.split("/")[1]
+    return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
 
 
 def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) -> Path:
-    """Where a run's translation of `sources` is kept: in `keep_in`, else in the run folder."""
-    folder = keep_in if keep_in is not None else (run if run.is_dir() else run.parent.parent)
+    """Where a run's translation of `sources` is kept: in `keep_in`, else in the run folder (a hub model's
+    folder is the hub client's cache: the working directory instead)."""
+    if keep_in is not None:
+        folder = keep_in
+    elif hub_model(run) is not None:
+        folder = Path(".")
+    else:
+        folder = run if run.is_dir() else run.parent.parent
     return folder / f"{sources.stem}.{label}.hyp"
 
 
