@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format demo reproduce-local reproduce-wmt14 bench gpu-check clean
+.PHONY: install test test-fast lint format demo reproduce-local reproduce-multi30k reproduce-wmt14 bench gpu-check clean
 
 install: $(STAMP)
 
@@ -53,6 +53,24 @@ reproduce-local: install
 	$(if $(call corpus_file,train.$(SRC)),,$(error CORPUS=$(CORPUS): no train.$(SRC) or train.$(SRC).gz there))
 	$(BIN)/python scripts/reproduce.py --out $(LOCAL_OUT) --parallel $(LOCAL_SET) $(REPRO_ARGS) \
 		--label RNNsearch --label RNNencdec configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml
+
+# Multi30k task 1: one RNNsearch per direction, en->fr and en->de, one after the other, each with the whole
+# machine for its budget (train.max_minutes: 60), its checkpoint picked on val; test_2016_flickr and
+# test_2017_flickr translated once and scored with sacrebleu and the task's BLEU. MULTI30K: a folder of the
+# official files (default ../shared/corpora/multi30k); MULTI30K_DOWNLOAD=1 downloads them into
+# data/multi30k-task1 instead. Every file is checked against its sha256. Runs and reports go to
+# MULTI30K_OUT/en-fr and MULTI30K_OUT/en-de; REPRO_ARGS adds overrides, e.g. "--set train.max_minutes=20".
+MULTI30K_DOWNLOAD ?=
+MULTI30K ?= $(if $(MULTI30K_DOWNLOAD),data/multi30k-task1,../shared/corpora/multi30k)
+MULTI30K_OUT ?= runs/multi30k
+MULTI30K_SET = --set data.multi30k.dir=$(abspath $(MULTI30K)) $(if $(MULTI30K_DOWNLOAD),--set data.multi30k.download=true)
+
+reproduce-multi30k: install
+	$(if $(MULTI30K_DOWNLOAD)$(wildcard $(MULTI30K)/train.en.gz),,$(error MULTI30K=$(MULTI30K): no train.en.gz there; MULTI30K_DOWNLOAD=1 downloads the official files))
+	$(BIN)/python scripts/reproduce.py --out $(MULTI30K_OUT)/en-fr --runs $(MULTI30K_OUT)/en-fr $(MULTI30K_SET) \
+		$(REPRO_ARGS) configs/multi30k_enfr.yaml
+	$(BIN)/python scripts/reproduce.py --out $(MULTI30K_OUT)/en-de --runs $(MULTI30K_OUT)/en-de $(MULTI30K_SET) \
+		$(REPRO_ARGS) configs/multi30k_ende.yaml
 
 # The paper's four models on WMT'14 En->Fr from Hugging Face (newstest2014 by length). Needs network and GPUs.
 reproduce-wmt14: install

@@ -1,11 +1,14 @@
 """Train several systems on one corpus with the same budget and draw BLEU against sentence length.
 
-This is what `make demo`, `make reproduce-local` and `make reproduce-wmt14` run. For each config:
-prepare the data and vocabulary (once per data folder), train (all systems at the same time when
-`--parallel`, splitting the CPU threads or GPUs between them), then translate the test set with each
-run's beam settings and score all systems together with `seq2seq eval --by-length` (configs that
-Moses-tokenise, `data.tokenize: moses` as the paper configs, also get the paper's tokenised BLEU,
-`--moses-bleu`, beside sacrebleu's). Writes to --out:
+This is what `make demo`, `make reproduce-local`, `make reproduce-multi30k` and `make reproduce-wmt14` run.
+For each config: prepare the data and vocabulary (once per data folder), train (all systems at the same
+time when `--parallel`, splitting the CPU threads or GPUs between them), then translate each test set once
+with each run's beam settings and score all systems together with `seq2seq eval --by-length` (configs
+that Moses-tokenise, `data.tokenize: moses` as the paper configs, also get the paper's tokenised BLEU,
+`--moses-bleu`, beside sacrebleu's). The test set is the prepared one; a Multi30k corpus
+(`data.source: multi30k`) has two, its official test_2016_flickr and test_2017_flickr, each scored with
+the task's BLEU against its processed references (`--task-ref`) too. Writes to --out (for Multi30k, one
+folder per test set, `--out/<test set>/`, holding the files of the first five lines):
 
     by_length.json / by_length.md   the table (BLEU, chrF, BP, 95% CI per bucket and system) and the
                                      paired differences between systems per bucket, with p-values
@@ -13,7 +16,7 @@ Moses-tokenise, `data.tokenize: moses` as the paper configs, also get the paper'
     report.html                      all of it on one self-contained page, with example sentences and
                                      attention heat maps
     attention/                       heat maps of a few test sentences for the first attention system
-    summary.md                       the table, wall times and the paper's criteria (--criteria)
+    summary.md                       the tables, wall times and the paper's criteria (--criteria)
 
 Usage: python scripts/reproduce.py --out runs/demo configs/demo_rnnsearch.yaml configs/demo_rnnencdec.yaml
 """
@@ -29,6 +32,7 @@ import time
 from pathlib import Path
 
 from seq2seq_attn.config import Config, load_config
+from seq2seq_attn.data import multi30k
 from seq2seq_attn.evaluation.heatmap import pick_by_length
 from seq2seq_attn.evaluation.report import bucket_rows, render
 from seq2seq_attn.io import read_lines, write_text
@@ -79,31 +83,13 @@ def main() -> None:
     times["training"] = time.monotonic() - start
 
     start = time.monotonic()
-    test_src, test_ref = configs[0].data_dir / "test.src", configs[0].data_dir / "test.tgt"
-    report_path = args.out / "by_length.json"
-    command = [
-        *SEQ2SEQ,
-        "eval",
-        "--src",
-        str(test_src),
-        "--ref",
-        str(test_ref),
-        "--by-length",
-        "--output",
-        str(report_path),
-        "--plot",
-        str(args.out / "curve.png"),
-        "--html",
-        str(args.out / "report.html"),
+    tests = test_sets(configs[0])
+    reports = [
+        (name, _evaluate(configs, labels, src, ref, task_ref, args.out / name))
+        for name, src, ref, task_ref in tests
     ]
-    for config, label in zip(configs, labels, strict=True):
-        command += ["--model", str(config.run_dir), "--label", label]
-    if configs[0].data.tokenize == "moses":  # the paper's tokenised BLEU, beside sacrebleu's
-        command += ["--moses-bleu", configs[0].data.tgt_lang]
-    _run(command)
     times["translate + evaluate"] = time.monotonic() - start
-    report = json.loads(report_path.read_text(encoding="utf-8"))
-    write_text(args.out / "by_length.md", render(report, "markdown"))
+    report, test_src = reports[0][1], tests[0][1]  # the criteria and heat maps read the first test set
 
     attention = next((c for c in configs if c.model.attention != "none"), None)
     if args.heatmaps and attention is not None:
@@ -115,10 +101,50 @@ def main() -> None:
         runs = {label: config.run_dir for config, label in zip(configs, labels, strict=True)}
         verdicts = check_criteria(report, search, encdec, runs)
         findings = [significance_finding(report, search, encdec)]
-    write_text(args.out / "summary.md", _summary(report, times, verdicts, findings, args))
+    write_text(args.out / "summary.md", _summary(reports, times, verdicts, findings, args))
     print((args.out / "summary.md").read_text(encoding="utf-8"))
     if verdicts and not all(ok for ok, _ in verdicts):
         sys.exit(1)
+
+
+TestSet = tuple[str, Path, Path, Path | None]  # name ("" for the prepared one), sources, references, task's
+
+
+def test_sets(config: Config) -> list[TestSet]:
+    """The test sets each system translates once: Multi30k's official two with the task's processed
+    references, else the prepared test split."""
+    data = config.data
+    if data.source == "multi30k":
+        found = multi30k.test_sets(data.multi30k, data.src_lang, data.tgt_lang)
+        return [(test.name, test.src, test.ref, test.task_ref) for test in found]
+    return [("", config.data_dir / "test.src", config.data_dir / "test.tgt", None)]
+
+
+def _evaluate(
+    configs: list[Config], labels: list[str], src: Path, ref: Path, task_ref: Path | None, out: Path
+) -> dict:
+    """`seq2seq eval --by-length` of every system on one test set into `out`; returns the report."""
+    out.mkdir(parents=True, exist_ok=True)
+    report_path = out / "by_length.json"
+    command = [*SEQ2SEQ, "eval", "--src", str(src), "--ref", str(ref), "--by-length"]
+    command += [
+        "--output",
+        str(report_path),
+        "--plot",
+        str(out / "curve.png"),
+        "--html",
+        str(out / "report.html"),
+    ]
+    for config, label in zip(configs, labels, strict=True):
+        command += ["--model", str(config.run_dir), "--label", label]
+    if configs[0].data.tokenize == "moses":  # the paper's tokenised BLEU, beside sacrebleu's
+        command += ["--moses-bleu", configs[0].data.tgt_lang]
+    if task_ref is not None:  # the task's BLEU, beside sacrebleu's
+        command += ["--task-ref", str(task_ref), "--task-lang", configs[0].data.tgt_lang]
+    _run(command)
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    write_text(out / "by_length.md", render(report, "markdown"))
+    return report
 
 
 def _sets(overrides: list[str]) -> list[str]:
@@ -279,29 +305,31 @@ def significance_finding(report: dict, winner: str, loser: str) -> str:
 
 
 def _summary(
-    report: dict,
+    reports: list[tuple[str, dict]],
     times: dict[str, float],
     verdicts: list[tuple[bool, str]],
     findings: list[str],
     args: argparse.Namespace,
 ) -> str:
+    """The summary page: each test set's table (under its name when it has one) and links, the wall
+    times, then the criteria and the significance findings of the first test set."""
     lines = [
         "# BLEU by source sentence length",
         "",
         "Command: `python scripts/reproduce.py " + " ".join(sys.argv[1:]) + "`",
-        "",
-        render(report, "markdown"),
-        "",
-        "| stage | wall time |",
-        "|---|---|",
     ]
+    for name, report in reports:
+        folder = f"{name}/" if name else ""
+        lines += ["", f"## {name}", ""] if name else [""]
+        lines += [render(report, "markdown"), "", f"![BLEU by length]({folder}curve.png)", ""]
+        lines += [f"All of it on one page: [{folder}report.html]({folder}report.html)"]
+    lines += ["", "| stage | wall time |", "|---|---|"]
     lines += [f"| {stage} | {seconds / 60:.1f} min |" for stage, seconds in times.items()]
     if verdicts:
         lines += ["", "Criteria (Bahdanau et al. 2014, Fig. 2):", ""]
         lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in verdicts]
     if findings:
         lines += ["", "Paired significance per bucket:", ""] + [f"- {text}" for text in findings]
-    lines += ["", "![BLEU by length](curve.png)", "", "All of it on one page: [report.html](report.html)"]
     return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,7 @@ attention from a notebook or a service.
     model.score(["The cat sat on the mat."], ["Le chat était assis sur le tapis."])
 
 The command line calls the same functions (decoding.translate.Translator,
-evaluation.likelihood.Scorer, decoding.run_folder.load_trained), so
+evaluation.likelihood.Scorer, decoding.loader.load_runs), so
 a sentence gets the same translation and score here as from `seq2seq translate` and `seq2seq score`
 with the same settings. Errors a user can cause (a missing run, an incompatible checkpoint, a bad decode
 key) raise `UserError`, whose message names the file or config key. docs/api.md shows a session.
@@ -166,8 +166,9 @@ def load(
     threads: int | None = None,
     **decode: Any,
 ) -> Model:
-    """Load a run folder or checkpoint file (its best checkpoint for a folder), or a list of them to
-    decode as an ensemble, onto `device` ("cpu", "cuda", "cuda:1", "auto").
+    """Load a run folder or checkpoint file (its best checkpoint for a folder), a model folder of `seq2seq
+    export`, or a model on the Hugging Face hub (`hf://OWNER/NAME`, `hf://OWNER/NAME@REVISION`), or a
+    list of them to decode as an ensemble, onto `device` ("cpu", "cuda", "cuda:1", "auto").
 
     `decode` overrides keys of the first run's `decode` section (e.g. beam_size=5, length_penalty="none",
     nbest=3), checked as in a config file. `threads` sets torch's CPU thread count, for the whole process.

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -65,6 +66,37 @@ def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-
             raise OSError(
                 err.errno, f"not written ({reason}); any previous version is unchanged", str(path)
             ) from err
+        raise
+
+
+@contextlib.contextmanager
+def atomic_folder(path: str | Path, replace: bool = False) -> Iterator[Path]:
+    """A temporary sibling folder of `path` to fill; on success it is renamed to `path`, so that `path` is
+    the previous folder or the complete new one, never half of it. An empty folder at `path` is replaced;
+    a non-empty one only with `replace`: moved aside, the new one renamed in, the old one removed (between
+    the two renames `path` is absent for an instant), else the rename fails with OSError. On failure the
+    temporary folder is removed."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=parent))
+    os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes a 0700 folder; give the usual permissions
+    try:
+        yield staging
+        if not (replace and path.is_dir() and any(path.iterdir())):
+            os.rename(staging, path)  # (onto an empty folder: allowed)
+            fsync_dir(parent)
+            return
+        aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=parent))
+        os.replace(path, aside)
+        try:
+            os.rename(staging, path)
+        except BaseException:
+            os.replace(aside, path)  # the previous folder back
+            raise
+        fsync_dir(parent)
+        shutil.rmtree(aside)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
         raise
 
 

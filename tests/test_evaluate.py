@@ -158,6 +158,7 @@ def test_multi_system_report_schema_and_renderings():
         "version",
         "signatures",
         "references",
+        "task_references",
         "sources",
         "bucket_by",
         "words",
@@ -192,6 +193,7 @@ def test_multi_system_report_schema_and_renderings():
             "hyp_len",
             "ref_len",
             "bleu_moses",
+            "bleu_task",
             "few",
         }
         assert sum(row["count"] for row in system["rows"][1:]) == system["rows"][0]["count"] == 120

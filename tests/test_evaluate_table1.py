@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
-from seq2seq_attn.evaluation.by_length import Subset, System, evaluate
+from seq2seq_attn.data import moses
+from seq2seq_attn.evaluation.by_length import Subset, System, TokenisedBleu, evaluate
 from seq2seq_attn.evaluation.report import render
 
 
@@ -102,8 +103,9 @@ def test_subword_runs_get_no_no_unk_rows(tiny_run_dir: Path, tmp_path: Path):
 def test_moses_bleu_is_bleu_of_moses_tokens_without_smoothing():
     """French elision: Moses splits l'homme into l' homme, sacrebleu's 13a keeps one token."""
     reference, hypothesis = "l'homme mange une pomme rouge.", "l'homme mange une pomme verte."
+    paper_words = TokenisedBleu("bleu_moses", moses.Pipeline("fr"))
     report = evaluate(
-        [System("s", [hypothesis])], [reference], config=EvalConfig(bootstrap=0), moses_lang="fr"
+        [System("s", [hypothesis])], [reference], config=EvalConfig(bootstrap=0), tokenised=[paper_words]
     )
     row = report["systems"][0]["rows"][0]
     # Moses tokens: l' homme mange une pomme rouge|verte . -> n-gram matches 6/7, 4/6, 3/5, 2/4, BP 1

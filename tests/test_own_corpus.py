@@ -84,6 +84,9 @@ def test_readme_walkthrough_runs_as_written(tmp_path):
     assert rows["all"]["count"] == HELD_OUT["test"]
     assert (run / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<html" in (run / "report.html").read_text(encoding="utf-8")
+    card = (tmp_path / "runs" / "own_corpus-model" / "README.md").read_text(encoding="utf-8")
+    assert "language:\n- en\n- fr\n" in card and "![BLEU by source length](curve.png)" in card
+    assert f"test {HELD_OUT['test']:,}" in card  # the pair counts of the data folder's manifest
 
 
 @pytest.mark.parametrize("layout", ["one-file-pair", "gz-every-split"])

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from helpers import load_script, noisy
+from helpers import load_script, noisy, tiny_config
 
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.evaluation.by_length import System, evaluate
@@ -36,7 +36,9 @@ def test_summary_names_the_buckets_where_attention_wins_significantly():
     flipped = evaluate(systems[::-1], references, sources, by_length=True, config=config)
     assert reproduce.significance_finding(flipped, "RNNsearch", "RNNencdec") == finding
     verdicts = reproduce.check_criteria(report, "RNNsearch", "RNNencdec")
-    summary = reproduce._summary(report, {"training": 60.0}, verdicts, [finding], argparse.Namespace())
+    summary = reproduce._summary(
+        [("", report)], {"training": 60.0}, verdicts, [finding], argparse.Namespace()
+    )
     assert f"- {finding}" in summary and "[report.html](report.html)" in summary
     assert "| RNNsearch | 10-20 |" in summary
 
@@ -110,3 +112,20 @@ def test_a_failed_criterion_gives_its_ratio_and_what_the_training_log_says(tmp_p
     )
     ok, text = reproduce.check_criteria(crossed, "RNNsearch", "RNNencdec")[2]
     assert not ok and text.endswith("past 20 words (20-30, 30+); not in 20-30")
+
+
+def test_several_test_sets_each_get_a_section_and_their_own_folder(tmp_path):
+    sources = [" ".join(f"w{i}" for i in range(3 + n % 17)) for n in range(60)]
+    report = evaluate([System("RNNsearch", sources)], sources, sources, by_length=True)
+    reproduce = load_script("reproduce")
+    summary = reproduce._summary(
+        [("test_2016_flickr", report), ("test_2017_flickr", report)], {}, [], [], argparse.Namespace()
+    )
+    assert summary.count("| RNNsearch | all |") == 2 * 2  # (scores and diagnostics) per test set
+    for name in ("test_2016_flickr", "test_2017_flickr"):
+        assert f"## {name}" in summary and f"[{name}/report.html]({name}/report.html)" in summary
+    # any other corpus: its prepared test split, reported at the top of --out
+    config = tiny_config(tmp_path)
+    assert reproduce.test_sets(config) == [
+        ("", config.data_dir / "test.src", config.data_dir / "test.tgt", None)
+    ]

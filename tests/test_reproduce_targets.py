@@ -19,11 +19,16 @@ def make_n(*args: str) -> str:
     return result.stdout
 
 
-def reproduce_line(output: str) -> str:
-    """The reproduce.py command, its backslash-continued lines joined."""
+def reproduce_lines(output: str) -> list[str]:
+    """Every reproduce.py command, its backslash-continued lines joined."""
     joined = output.replace("\\\n", " ")
-    (line,) = [line for line in joined.splitlines() if "scripts/reproduce.py" in line]
-    return " ".join(line.split())
+    return [" ".join(line.split()) for line in joined.splitlines() if "scripts/reproduce.py" in line]
+
+
+def reproduce_line(output: str) -> str:
+    """The one reproduce.py command."""
+    (line,) = reproduce_lines(output)
+    return line
 
 
 def test_make_reproduce_wmt14_runs_the_four_paper_models():
@@ -73,6 +78,32 @@ def test_make_reproduce_local_without_training_files_is_a_one_line_error(tmp_pat
     )
     assert result.returncode != 0
     assert f"CORPUS={tmp_path}: no train.en or train.en.gz there" in result.stderr
+
+
+def test_make_reproduce_multi30k_trains_one_direction_after_the_other_on_the_official_files(tmp_path):
+    (tmp_path / "train.en.gz").write_bytes(b"")
+    output = make_n(
+        "reproduce-multi30k", f"MULTI30K={tmp_path}", "MULTI30K_OUT=out", "REPRO_ARGS=--set a.b=1"
+    )
+    enfr, ende = reproduce_lines(output)
+    for line, pair in ((enfr, "en-fr"), (ende, "en-de")):
+        assert f" --out out/{pair} --runs out/{pair} --set data.multi30k.dir={tmp_path} " in line
+        assert "data.multi30k.download" not in line and "--set a.b=1" in line
+    assert enfr.endswith("configs/multi30k_enfr.yaml") and ende.endswith("configs/multi30k_ende.yaml")
+    downloading = reproduce_lines(make_n("reproduce-multi30k", "MULTI30K_DOWNLOAD=1"))
+    assert all(
+        f"--set data.multi30k.dir={ROOT / 'data' / 'multi30k-task1'} --set data.multi30k.download=true"
+        in line
+        for line in downloading
+    )
+
+
+def test_make_reproduce_multi30k_without_the_files_says_how_to_download_them(tmp_path):
+    result = subprocess.run(
+        ["make", "-n", "reproduce-multi30k", f"MULTI30K={tmp_path}"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert f"MULTI30K={tmp_path}: no train.en.gz there; MULTI30K_DOWNLOAD=1 downloads" in result.stderr
 
 
 def test_make_demo_runs_the_two_demo_configs_with_the_criteria():

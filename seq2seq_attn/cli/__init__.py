@@ -22,6 +22,7 @@ from . import align as align_cli
 from . import config as config_cli
 from . import data as data_cli
 from . import evaluate as evaluate_cli
+from . import model as model_cli
 from . import plot as plot_cli
 from . import score as score_cli
 from . import serve as serve_cli
@@ -65,6 +66,7 @@ for _module in (
     config_cli,
     data_cli,
     vocab_cli,
+    model_cli,
     train_cli,
     translate_cli,
     evaluate_cli,

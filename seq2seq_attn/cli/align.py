@@ -88,7 +88,7 @@ def align_command(
 ) -> None:
     """Force each reference through a trained model, turn its attention into word links and score them
     against gold alignments: AER, precision and recall (Och & Ney 2003), beside a diagonal baseline."""
-    from ..decoding.run_folder import load_trained
+    from ..decoding.loader import load_one
     from ..evaluation.align import (
         alignment_section,
         attention_scores,
@@ -109,7 +109,8 @@ def align_command(
     )  # a bad --buckets fails first
     corpus = load_corpus(str(src), str(ref), str(gold), gold_format.value, one_indexed)
     torch_device = resolve_device(device.value, "--device")
-    network, vocab, config = load_trained(model, torch_device)
+    trained = load_one(model, torch_device)
+    network, vocab, config = trained.model, trained.vocab, trained.config
     # options left out take the run's `eval` section
     edges = (given_edges or check_edges(config.eval.buckets)) if by_length else None
     threshold = config.eval.align_threshold if threshold is None else threshold

@@ -58,8 +58,9 @@ def eval_command(
     model: list[Path] = typer.Option(
         [],
         "--model",
-        help="A trained run (or checkpoint): translate --src with its decode settings, then score it; the "
-        "hypotheses are kept next to the report (or in the run directory). Repeatable.",
+        help="A trained run (or checkpoint, exported model folder, hf://OWNER/NAME): translate --src with "
+        "its decode settings, then score it; the hypotheses are kept next to the report (or in the run "
+        "directory; for hf://, the working directory). Repeatable.",
     ),
     ensemble: list[str] = typer.Option(
         [],
@@ -150,6 +151,20 @@ def eval_command(
         help="Also report BLEU-moses: BLEU of text tokenised by the Moses tokenizer for target language "
         "LANG, with no further tokenisation and no smoothing (the paper's multi-bleu.perl setting).",
     ),
+    task_ref: Path | None = typer.Option(
+        None,
+        "--task-ref",
+        metavar="FILE",
+        help="Also report BLEU-task, a shared task's metric: BLEU of the hypotheses lowercased, "
+        "punctuation-normalised and Moses-tokenised with escaping, against FILE, the references as the "
+        "task processed them (line-aligned with --ref, e.g. Multi30k's *.lc.norm.tok.fr); no smoothing.",
+    ),
+    task_lang: str | None = typer.Option(
+        None,
+        "--task-lang",
+        metavar="LANG",
+        help="With --task-ref: the references' language (default: the --model runs' target language).",
+    ),
 ) -> None:
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
     source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2). A --model
@@ -158,6 +173,7 @@ def eval_command(
     runs' configs."""
     trained = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
     check_options(hyp, trained, src, label, by_length, bucket_by, (words, words_lang), plot, alignment, html)
+    check_task_options(task_ref, task_lang, bool(trained))
     aer = read_alignment(alignment) if alignment is not None else None
     for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
@@ -192,6 +208,8 @@ def eval_command(
         by_length=by_length,
         baseline=baseline,
         moses_lang=moses_bleu,
+        task_ref=task_ref,
+        task_lang=task_lang,
         words_lang=words_lang,
         keep_in=output.parent if output is not None else None,
         decode=decode,
@@ -253,3 +271,11 @@ def check_options(
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
     if alignment is not None and html is None:
         raise UserError("--alignment goes into the HTML report: add --html FILE")
+
+
+def check_task_options(task_ref: Path | None, task_lang: str | None, trained: bool) -> None:
+    """The task's BLEU needs its references, and their language where no trained run says it."""
+    if task_lang is not None and task_ref is None:
+        raise UserError("--task-lang is the language of the task's references: give --task-ref FILE")
+    if task_ref is not None and task_lang is None and not trained:
+        raise UserError("--task-ref with --hyp files only: give the references' language, --task-lang LANG")

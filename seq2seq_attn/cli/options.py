@@ -23,11 +23,15 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 Device = choices_enum(TrainConfig, "device")
 
 
-MODEL_HELP = "Run directory (its best checkpoint) or a checkpoint file in a run's checkpoints/ folder."
+MODEL_HELP = (
+    "Run directory (its best checkpoint), a checkpoint file in a run's checkpoints/ folder, a folder of "
+    "`seq2seq export`, or hf://OWNER/NAME (a model on the Hugging Face hub)."
+)
 
 
 def model_option() -> Any:
-    """`--model/-m RUN`: a trained run (its best checkpoint) or one of its checkpoint files."""
+    """`--model/-m RUN`: a trained run (its best checkpoint), one of its checkpoint files, an exported model
+    folder or a hub model."""
     return typer.Option(..., "--model", "-m", help=MODEL_HELP, show_default=False)
 
 

@@ -16,7 +16,7 @@ import typer
 from ..config import DecodeConfig, choices_enum
 from ..errors import UserError
 from ..io import atomic_write, check_writable, read_lines, write_json
-from .options import Device, device_option
+from .options import MODEL_HELP, Device, device_option
 
 if TYPE_CHECKING:
     from ..evaluation.likelihood import Scorer
@@ -39,7 +39,7 @@ def score_command(
         ...,
         "--model",
         "-m",
-        help="Run directory (its best checkpoint) or checkpoint file. Repeat to rescore with several models.",
+        help=f"{MODEL_HELP} Repeat it to rescore with several models.",
         show_default=False,
     ),
     src: Path = typer.Option(..., "--src", help="Source sentences, one per line.", show_default=False),

@@ -135,6 +135,30 @@ class HuggingFaceConfig:
 
 
 @dataclass
+class Multi30kConfig:
+    """Multi30k task 1, image captions in English, German and French: the official files, each checked
+    against its sha256 (data/multi30k.py). train trains, val picks the checkpoint, test_2016_flickr is
+    the test split; test_2017_flickr and the task's processed references are there for `seq2seq eval`."""
+
+    dir: str = option(
+        "",
+        "Folder of the official files: `<split>.<lang>.gz` (split train, val, test_2016_flickr, "
+        "test_2017_flickr) and the target side's `<split>.lc.norm.tok.<lang>` ('' : data/multi30k-task1 "
+        "under the working directory).",
+        path=True,
+    )
+    download: bool = option(
+        False, "Download the files missing from `dir` into it first (from `url`), checked before use."
+    )
+    url: str = option(
+        "",
+        "Where a download comes from: `<url>/raw/<split>.<lang>.gz` and "
+        "`<url>/tok/<split>.lc.norm.tok.<lang>` ('' : the dataset's GitHub repository, "
+        "github.com/multi30k/dataset, at the commit of the checksums).",
+    )
+
+
+@dataclass
 class CleanConfig:
     """Corpus cleaning rules, applied in this order, with a count of pairs dropped by each."""
 
@@ -156,7 +180,9 @@ class CleanConfig:
 class DataConfig:
     """Where the parallel corpus comes from and how it is cleaned."""
 
-    source: str = option("synthetic", "Corpus source.", choices=["synthetic", "local", "huggingface"])
+    source: str = option(
+        "synthetic", "Corpus source.", choices=["synthetic", "local", "huggingface", "multi30k"]
+    )
     dir: str = option(
         "", "Output folder for prepared data ('' : data/<name> under the working directory).", path=True
     )
@@ -165,6 +191,7 @@ class DataConfig:
     synthetic: SyntheticConfig = section(SyntheticConfig, "Settings for source: synthetic.")
     local: LocalConfig = section(LocalConfig, "Settings for source: local.")
     huggingface: HuggingFaceConfig = section(HuggingFaceConfig, "Settings for source: huggingface.")
+    multi30k: Multi30kConfig = section(Multi30kConfig, "Settings for source: multi30k.")
     tokenize: str = option(
         "none",
         "'moses': Moses-tokenise the training text before cleaning and the vocabulary (the paper's words); "

@@ -1,4 +1,5 @@
-"""Where sentence pairs come from: local files, a Hugging Face dataset, or the synthetic generator.
+"""Where sentence pairs come from: local files, Multi30k's official files, a Hugging Face dataset, or the
+synthetic generator.
 
 Every source is opened into a `Source`: a description for the manifest, the input files whose change
 must trigger a new `prepare`, and `read(split)`, which yields (source, target) text pairs one at a time.
@@ -12,14 +13,15 @@ import itertools
 import random
 from array import array
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import DataConfig, HuggingFaceConfig, SplitFiles, to_dict
+from ..config import DataConfig, HuggingFaceConfig, LocalConfig, SplitFiles, to_dict
 from ..config.constants import SPLITS
 from ..errors import UserError
 from ..io import LineEnds, read_lines
+from . import multi30k
 from .synthetic import generate_split
 
 Pair = tuple[str, str]
@@ -38,7 +40,12 @@ class Source:
 
 def open_source(data: DataConfig) -> Source:
     """Check the settings of `data.source` (files exist, keys set) and open it; reading starts lazily."""
-    opener = {"local": _local_source, "huggingface": _huggingface_source, "synthetic": _synthetic_source}
+    opener = {
+        "local": _local_source,
+        "multi30k": _multi30k_source,
+        "huggingface": _huggingface_source,
+        "synthetic": _synthetic_source,
+    }
     return opener[data.source](data)
 
 
@@ -209,6 +216,23 @@ def _source_digest(pair: Pair) -> int:
         return EMPTY
     digest = hashlib.blake2b(" ".join(src.split()).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") or 1
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Multi30k
+
+
+def _multi30k_source(data: DataConfig) -> Source:
+    """Multi30k's official files (data/multi30k.py: checked, downloaded first where asked), read as the
+    local files of the three splits."""
+    folder = multi30k.fetch(data.multi30k, data.src_lang, data.tgt_lang)
+    files = {
+        split: SplitFiles(*map(str, multi30k.split_files(folder, split, data.src_lang, data.tgt_lang)))
+        for split in SPLITS
+    }
+    local = _local_source(replace(data, local=LocalConfig(**files)))
+    description = {"type": "multi30k", "commit": multi30k.COMMIT, "files": local.description["files"]}
+    return replace(local, description=description)
 
 
 # ----------------------------------------------------------------------------------------------------------

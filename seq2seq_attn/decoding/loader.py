@@ -1,12 +1,14 @@
 """The run loader: what every decode loads, one trained run or the ensemble of several, and its settings.
 
-`translate`, `eval --model`, `score`, the Python API and the benchmarks all load through `load_runs`, so a
-run is searched alike everywhere. One run is searched as itself; several are checked to share the target
-vocabulary and searched as one `Ensemble` (ensemble.py). The search uses the first run's `decode` section
-with the caller's changes, each checked as a config value; `decode.precision: int8` searches an int8 copy
-(int8.py) and `decode.lexical_shortlist` the run's shortlist (shortlist.py). Averaging (`average` K) takes
-the last K step-N.pt checkpoints of each run; `eval` reports an ensemble with its first run's `eval` and
-`data` sections.
+`translate`, `eval --model`, `score`, `align`, the Python API and the benchmarks all load through
+`load_one` (one model) or `load_runs`, so a run is searched alike everywhere, and each takes what
+`load_one` takes: a run folder or checkpoint file, an exported model folder (model_folder.py), or a model
+on the Hugging Face hub, `hf://OWNER/NAME` (hub.py). One run is searched as itself; several are checked
+to share the target vocabulary and searched as one `Ensemble` (ensemble.py). The search uses the first
+run's `decode` section with the caller's changes, each checked as a config value; `decode.precision:
+int8` searches an int8 copy (int8.py) and `decode.lexical_shortlist` the run's shortlist (shortlist.py).
+Averaging (`average` K) takes the last K step-N.pt checkpoints of each run; `eval` reports an ensemble
+with its first run's `eval` and `data` sections.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from ..config import Config, DecodeConfig, override
 from ..errors import UserError
 from ..model.checkpoint import weights_fingerprint
 from ..vocab.pieces import Vocab
-from . import int8
+from . import hub, int8, model_folder
 from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
-from .run_folder import load_trained, resolve_checkpoint, run_dir_of
+from .run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
 from .shortlist import Shortlisted, load_table
 from .translate import Translator
 
@@ -69,9 +71,12 @@ class Runs:
         if settings.lexical_shortlist:
             if len(self.run_dirs) > 1:
                 raise UserError(f"{DECODE_PREFIX}lexical_shortlist: decode one run with it, not an ensemble")
-            averaged = f"the mean of its last {self.average} checkpoints" if self.average else ""
             table = load_table(
-                self.run_dirs[0], self.vocabs[0], self.checkpoints[0], weights_fingerprint(model), averaged
+                self.run_dirs[0],
+                self.vocabs[0],
+                self.checkpoints[0],
+                weights_fingerprint(model),
+                averaged_weights(self.average),
             )
         if settings.precision == "int8":
             model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
@@ -80,21 +85,60 @@ class Runs:
         return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
 
 
+@dataclass(frozen=True)
+class Trained:
+    """One trained model loaded for inference, and where it came from: its weights file (with `average`,
+    the last checkpoint averaged) and the folder holding its vocabulary and lexical shortlist."""
+
+    model: nn.Module
+    vocab: Vocab
+    config: Config
+    checkpoint: Path
+    folder: Path
+
+
+def load_one(path: str | Path, device: torch.device | str = "cpu", average: int = 0) -> Trained:
+    """The trained model `path` names, whatever names it: `hf://OWNER/NAME[@REVISION]` (fetched from the
+    hub, hub.py), an exported model folder (model_folder.py), a run folder or a checkpoint file
+    (run_folder.py; with `average` K > 0, its last K step-N.pt checkpoints averaged). The one place that
+    tells them apart, so that every decode takes every kind."""
+    on_hub = hub.hub_model(path)
+    local = hub.local_path(path, list(model_folder.LOADED_FILES))
+    if model_folder.is_model_folder(local):
+        if average:
+            raise UserError(
+                f"{on_hub or path}: an exported model folder holds one set of weights: average a run's"
+            )
+        model, vocab, config = model_folder.load(local, device)
+        return Trained(model, vocab, config, local / model_folder.WEIGHTS_FILE, local)
+    if on_hub is not None:
+        raise UserError(
+            f"{on_hub}: not a model folder of `seq2seq export` (no config.json, model.safetensors)"
+        )
+    if not local.exists() and hub.REPO_ID.fullmatch(str(path)):
+        raise UserError(
+            f"{path}: no such run directory, model folder or checkpoint (for a model on the Hugging Face "
+            f"hub, write {hub.HUB_PREFIX}{path})"
+        )
+    model, vocab, config = load_trained(local, device, average=average)
+    checkpoint = resolve_checkpoint(local)
+    return Trained(model, vocab, config, checkpoint, run_dir_of(checkpoint))
+
+
 def load_runs(paths: Sequence[str | Path], device: torch.device | str = "cpu", average: int = 0) -> Runs:
-    """Each trained run (a run folder or a checkpoint file, `run_folder.load_trained`; with `average` K > 0,
-    its last K step-N.pt checkpoints averaged), checked to share the target vocabulary."""
+    """Each trained model (`load_one`: a run folder, a checkpoint file, an exported model folder or a hub
+    model; with `average` K > 0, a run's last K step-N.pt checkpoints averaged), checked to share the
+    target vocabulary."""
     if not paths:
         raise UserError("no trained run to load: give at least one run folder or checkpoint")
-    paths = [Path(path) for path in paths]
-    loaded = [load_trained(path, device, average=average) for path in paths]
-    models, vocabs, configs = (list(column) for column in zip(*loaded, strict=True))
-    checkpoints = [resolve_checkpoint(path) for path in paths]
-    run_dirs = [run_dir_of(checkpoint) for checkpoint in checkpoints]
-    if len(models) == 1:  # one run searches as it always has
-        return Runs(models[0], vocabs, configs, device, run_dirs, checkpoints, average)
-    check_same_target(paths, vocabs)
-    ensemble = Ensemble(models, attending_models(configs, vocabs))
-    return Runs(ensemble, vocabs, configs, device, run_dirs, checkpoints, average)
+    loaded = [load_one(path, device, average) for path in paths]
+    vocabs, configs = [one.vocab for one in loaded], [one.config for one in loaded]
+    where = ([one.folder for one in loaded], [one.checkpoint for one in loaded])
+    if len(loaded) == 1:  # one run searches as it always has
+        return Runs(loaded[0].model, vocabs, configs, device, *where, average)
+    check_same_target([Path(path) for path in paths], vocabs)
+    ensemble = Ensemble([one.model for one in loaded], attending_models(configs, vocabs))
+    return Runs(ensemble, vocabs, configs, device, *where, average)
 
 
 def load_translator(

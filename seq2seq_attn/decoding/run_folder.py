@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from .. import console
-from ..config import from_dict
+from ..config import Config, from_dict
 from ..errors import UserError
 from ..io import TEMP_SUFFIX, fsync_dir
 from ..model import build_model
@@ -32,6 +33,7 @@ from ..vocab.pieces import Vocab
 from .average import average_checkpoints
 
 CHECKPOINT_DIR = "checkpoints"
+VOCAB_DIR = "vocab"  # the run's own copy of its sentencepiece models
 LATEST = "latest.pt"
 BEST = "best.pt"
 RELIST_ATTEMPTS = 5  # listings of a run's checkpoints, when a training run prunes one while we load it
@@ -114,15 +116,32 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu", which: st
     `seq2seq average RUN --last K` writes.
     """
     file = resolve_checkpoint(path, which)
-    if average:
-        payload, _ = average_latest(run_dir_of(file), average)
-        console.info(f"averaged {', '.join(payload['averaged_from'])}")
-    else:
-        payload = load_checkpoint(file)
+    return rebuild(file, checkpoint_payload(file, average), run_dir_of(file) / VOCAB_DIR, device)
+
+
+def checkpoint_payload(file: Path, average: int = 0) -> dict[str, Any]:
+    """What checkpoint `file` holds; with `average` K > 0, the mean of its run's last K step-N.pt files."""
+    if not average:
+        return load_checkpoint(file)
+    payload, _ = average_latest(run_dir_of(file), average)
+    console.info(f"averaged {', '.join(payload['averaged_from'])}")
+    return payload
+
+
+def averaged_weights(average: int) -> str:
+    """How messages name the weights of `average` K > 0 checkpoints averaged ("" for none)."""
+    return f"the mean of its last {average} checkpoints" if average else ""
+
+
+def rebuild(
+    file: Path, payload: dict[str, Any], vocab_dir: Path, device: str | torch.device = "cpu"
+) -> tuple[nn.Module, Vocab, Config]:
+    """The model of a checkpoint's `payload` (its `model` weights, `config` and `vocab_fingerprint`) with
+    the vocabulary in `vocab_dir`, in eval mode on `device`; errors name `file`. A run's checkpoints and
+    an exported model folder (model_folder.py) are rebuilt alike, so both are checked alike."""
     config = from_dict(payload["config"], where=f"{file} (config)")
-    vocab_dir = run_dir_of(file) / "vocab"
     if not vocab_dir.is_dir():
-        raise UserError(f"{file}: the run's vocabulary folder {vocab_dir} is missing")
+        raise UserError(f"{file}: the vocabulary folder {vocab_dir} is missing")
     vocab = Vocab.load(vocab_dir)
     if payload.get("vocab_fingerprint") not in (None, vocab.fingerprint()):
         raise UserError(f"{file}: checkpoint was trained with a different vocabulary than {vocab_dir}")

@@ -16,6 +16,8 @@ fewer), `frequent` (the most frequent target ids), and which weights it was lear
 file's name and the weights' fingerprint (`model/checkpoint.weights_fingerprint`). Translating with other
 weights (the run trained on, another checkpoint, `--average`) uses the table still, with a warning, once
 per table: the candidates of other weights are still plausible, but no longer the model's own.
+`seq2seq export` copies the table into the exported model folder (model_folder.py) with what it records,
+so that the check holds there against the exported weights.
 """
 
 from __future__ import annotations
@@ -102,6 +104,15 @@ def save_table(table: LexicalTable, run_dir: Path) -> Path:
     return path
 
 
+def find_table(run_dir: Path, checkpoint: Path) -> Path | None:
+    """The table for translating with `checkpoint`: the one learned from it, else the run's; None when
+    the run has neither."""
+    for path in (table_path(run_dir, checkpoint), Path(run_dir) / TABLE_FILE):
+        if path.is_file():
+            return path
+    return None
+
+
 def load_table(
     run_dir: Path, vocab: Vocab, checkpoint: Path, weights: str, translating: str = ""
 ) -> LexicalTable:
@@ -109,11 +120,12 @@ def load_table(
     what they are, default the checkpoint's name): the one learned from that checkpoint, else the run's;
     checked against the vocabulary sizes (a one-line error when missing or built for another vocabulary),
     with a warning, once, when it was learned from other weights."""
-    path = table_path(run_dir, checkpoint)
-    if not path.is_file():
-        path = Path(run_dir) / TABLE_FILE
-    if not path.is_file():
-        raise UserError(f"{path}: no lexical shortlist; build it with `seq2seq lexical-shortlist {run_dir}`")
+    path = find_table(run_dir, checkpoint)
+    if path is None:
+        missing = Path(run_dir) / TABLE_FILE
+        raise UserError(
+            f"{missing}: no lexical shortlist; build it with `seq2seq lexical-shortlist {run_dir}`"
+        )
     with np.load(path) as stored:
         recorded = {name: str(stored[name]) for name in ("checkpoint", "weights") if name in stored.files}
         table = LexicalTable(stored["candidates"], stored["frequent"], **recorded)

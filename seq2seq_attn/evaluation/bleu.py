@@ -21,6 +21,12 @@ def bleu_metric(references: Sequence[str]) -> BLEU:
     return BLEU(references=[list(references)], force=written_tokenised(references))
 
 
+def tokenised_bleu(references: Sequence[str]) -> BLEU:
+    """BLEU of words made beforehand (`moses.Pipeline`): no further tokenisation and no smoothing, the
+    setting of multi-bleu.perl, with which the paper and the shared tasks scored tokenised text."""
+    return BLEU(references=[list(references)], tokenize="none", smooth_method="none", force=True)
+
+
 def written_tokenised(references: Sequence[str]) -> bool:
     """True when the references themselves end in a tokenised period as often as sacrebleu warns about."""
     ending = sum(reference.endswith(TOKENISED_PERIOD) for reference in references)

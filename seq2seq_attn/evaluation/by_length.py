@@ -48,7 +48,7 @@ from ..config import EvalConfig
 from ..data import moses
 from ..errors import UserError
 from ..io import read_lines
-from .bleu import bleu_metric
+from .bleu import bleu_metric, tokenised_bleu
 from .bootstrap import (
     ALPHA,
     CONFIDENCE,
@@ -122,7 +122,7 @@ def check_edges(edges: Sequence[int], option: str = "eval.buckets") -> list[int]
     return edges
 
 
-def _check_aligned(name: str, count: int, other: str, other_count: int) -> None:
+def check_aligned(name: str, count: int, other: str, other_count: int) -> None:
     if count != other_count:
         raise UserError(
             f"{name} has {count} lines but {other} has {other_count}: hypotheses, references and sources "
@@ -143,11 +143,11 @@ def _check_inputs(
     if not systems:
         raise UserError("no system to evaluate")
     for system in systems:
-        _check_aligned(
+        check_aligned(
             system.path or f"system {system.label!r}", len(system.hypotheses), ref_name, len(references)
         )
     if sources is not None:
-        _check_aligned(sources_path or "the sources", len(sources), ref_name, len(references))
+        check_aligned(sources_path or "the sources", len(sources), ref_name, len(references))
     labels = [system.label for system in systems]
     for label in labels:
         if labels.count(label) > 1:
@@ -232,27 +232,40 @@ def shortlist_subset(
 # scores
 
 
+@dataclass(frozen=True)
+class TokenisedBleu:
+    """A BLEU of words that a Moses pipeline made (`bleu.tokenised_bleu`), beside sacrebleu's: `scorer`,
+    its entry in `report.METRICS` ("bleu_moses": the paper's Moses-tokenised BLEU; "bleu_task": a shared
+    task's, against its official processed references). The hypotheses always go through `words`; the
+    references too, unless `references` gives them as the task processed them (line-aligned with the
+    report's references, read from `references_path`)."""
+
+    scorer: str
+    words: moses.Pipeline
+    references: Sequence[str] | None = None
+    references_path: str = ""
+
+
 class Scorers:
     """sacrebleu's metrics with the references cached: BLEU and chrF as sacrebleu computes them by default,
-    and optionally BLEU on Moses-tokenised text (the multi-bleu.perl setting the paper reported)."""
+    and each `TokenisedBleu` asked for (the paper's multi-bleu.perl setting, a shared task's metric)."""
 
-    def __init__(self, references: Sequence[str], moses_lang: str | None = None) -> None:
-        self.moses_lang = moses_lang
+    def __init__(self, references: Sequence[str], tokenised: Sequence[TokenisedBleu] = ()) -> None:
+        self.tokenised = {spec.scorer: spec for spec in tokenised}
         self.metrics: dict[str, BLEU | CHRF] = {
             "bleu": bleu_metric(references),
             "chrf": CHRF(references=[list(references)]),
         }
-        if moses_lang:
-            tokenized = moses.tokenize(references, moses_lang)
-            self.metrics["bleu_moses"] = BLEU(
-                references=[tokenized], tokenize="none", smooth_method="none", force=True
-            )
+        for spec in tokenised:
+            words = spec.words(references) if spec.references is None else spec.references
+            self.metrics[spec.scorer] = tokenised_bleu(words)
 
     def stats(self, hypotheses: Sequence[str]) -> dict[str, np.ndarray]:
         """Per-sentence sufficient statistics of each metric, (sentences, k) each."""
-        tokenized = moses.tokenize(hypotheses, self.moses_lang) if self.moses_lang else None
         return {
-            name: sentence_stats(metric, tokenized if name == "bleu_moses" else hypotheses)
+            name: sentence_stats(
+                metric, self.tokenised[name].words(hypotheses) if name in self.tokenised else hypotheses
+            )
             for name, metric in self.metrics.items()
         }
 
@@ -261,14 +274,12 @@ class Scorers:
         return self.metrics[name]._compute_score_from_stats(stats.sum(axis=0).tolist())
 
     def signatures(self) -> dict[str, str | None]:
-        """How each score was computed; "bleu_moses" is null when Moses BLEU was not asked for."""
+        """How each score was computed, the Moses steps first for a tokenised BLEU; null for an optional
+        metric not asked for."""
         found = {name: metric.get_signature().format() for name, metric in self.metrics.items()}
-        moses = found.get("bleu_moses")
-        return {
-            "bleu": found["bleu"],
-            "chrf": found["chrf"],
-            "bleu_moses": f"moses-tokenizer:{self.moses_lang}|{moses}" if moses else None,
-        }
+        for name, spec in self.tokenised.items():
+            found[name] = f"{spec.words.describe()}|{found[name]}"
+        return {scorer: found.get(scorer) for scorer in dict.fromkeys(m.scorer for m in METRICS)}
 
 
 def score_row(
@@ -385,15 +396,24 @@ def evaluate(
     references_path: str = "",
     sources_path: str = "",
     subsets: Sequence[Subset] = (),
-    moses_lang: str | None = None,
+    tokenised: Sequence[TokenisedBleu] = (),
     baseline: str | None = None,
     words_lang: str | None = None,
 ) -> dict[str, Any]:
     """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
     length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
-    returns the report (see top). `words_lang`: the bucketed side's language, for `eval.words: moses`."""
+    returns the report (see top). `tokenised`: the tokenised BLEUs to report beside sacrebleu's;
+    `words_lang`: the bucketed side's language, for `eval.words: moses`."""
     config = config or EvalConfig()
     _check_inputs(systems, references, sources, references_path, sources_path)
+    for spec in tokenised:
+        if spec.references is not None:
+            check_aligned(
+                spec.references_path or "the task's references",
+                len(spec.references),
+                references_path or "the references",
+                len(references),
+            )
     edges: list[int] = []
     buckets = None
     moses_words = words_unit(config, words_lang) if by_length else None
@@ -408,7 +428,7 @@ def evaluate(
 
     pairs = comparison_pairs([system.label for system in systems], baseline)
 
-    scorers = Scorers(references, moses_lang)
+    scorers = Scorers(references, tokenised)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     by_subset = [  # the stats each subset's rows read: a system's own, or its outputs for that subset
         [
@@ -421,11 +441,13 @@ def evaluate(
     groups = [("all", np.arange(len(references)))]
     if buckets is not None:
         groups += [(label, np.flatnonzero(buckets == i)) for i, label in enumerate(labels)]
+    task_references = next((spec.references_path for spec in tokenised if spec.references is not None), "")
     return {
         "format": REPORT_FORMAT,
         "version": REPORT_VERSION,
         "signatures": scorers.signatures(),
         "references": references_path or None,
+        "task_references": task_references or None,
         "sources": sources_path or None,
         "bucket_by": config.bucket_by if by_length else None,
         "words": words_label(moses_words) if by_length else None,

@@ -271,8 +271,9 @@ def best_texts(ranked: Sequence[NbestEntry]) -> list[str]:
 
 
 def load_scorer(path, device: torch.device | str = "cpu") -> Scorer:
-    """A Scorer for a run folder or checkpoint file, with the run's own decode settings."""
-    from ..decoding.run_folder import load_trained
+    """A Scorer for a trained model (a run folder or checkpoint file, an exported model folder, a hub
+    model: `loader.load_one`), with its own decode settings."""
+    from ..decoding.loader import load_one
 
-    model, vocab, config = load_trained(path, device)
-    return Scorer(model, vocab, config, device)
+    trained = load_one(path, device)
+    return Scorer(trained.model, trained.vocab, trained.config, device)

@@ -24,7 +24,7 @@ class Metric:
     holds it; its column in the text, markdown and HTML tables ("": JSON and CSV only) and digits there;
     `empty`, its value in a bucket without sentences. `interval`: the bootstrap interval (`ci_low`,
     `ci_high`) follows it. `optional`: computed only when asked for; its column shows only in reports
-    that have its scorer."""
+    that have its scorer, and `note` then says under the table how it was computed."""
 
     key: str
     scorer: str
@@ -35,6 +35,7 @@ class Metric:
     empty: Any = None
     interval: bool = False
     optional: bool = False
+    note: str = ""
 
 
 # The report's numbers, in the order of a row, its JSON and its tables: a new metric is one entry here
@@ -46,12 +47,31 @@ METRICS = (
     Metric("ratio", "bleu", "ratio", "ratio", 3),
     Metric("hyp_len", "bleu", "sys_len", kind=int, empty=0),
     Metric("ref_len", "bleu", "ref_len", kind=int, empty=0),
-    # BLEU on Moses-tokenised text, as multi-bleu.perl computed it
-    Metric("bleu_moses", "bleu_moses", "score", "BLEU-moses", 2, optional=True),
+    # BLEU of words made by Moses scripts (by_length.TokenisedBleu), as multi-bleu.perl computed it
+    Metric(
+        "bleu_moses",
+        "bleu_moses",
+        "score",
+        "BLEU-moses",
+        2,
+        optional=True,
+        note="BLEU of Moses-tokenised text with no further tokenisation and no smoothing (the "
+        "multi-bleu.perl setting)",
+    ),
+    Metric(
+        "bleu_task",
+        "bleu_task",
+        "score",
+        "BLEU-task",
+        2,
+        optional=True,
+        note="a shared task's own BLEU: the hypotheses lowercased, punctuation-normalised and "
+        "Moses-tokenised with escaping, against the task's processed references, with no further "
+        "tokenisation and no smoothing",
+    ),
 )
 INTERVAL = ("ci_low", "ci_high")  # the bootstrap interval's fields, after its metric's
 INTERVAL_COLUMN = "95% CI"
-MOSES_COLUMN = next(metric.header for metric in METRICS if metric.scorer == "bleu_moses")
 
 
 def metric_fields(optional: bool) -> tuple[str, ...]:
@@ -200,11 +220,11 @@ def notes(report: dict[str, Any]) -> list[str]:
     """The lines that say how the numbers were computed."""
     signatures = report["signatures"]
     lines = [f"BLEU signature: {signatures['bleu']}", f"chrF signature: {signatures['chrf']}"]
-    if signatures["bleu_moses"]:
-        lines.append(
-            f"{MOSES_COLUMN}: BLEU of Moses-tokenised text with no further tokenisation and no smoothing "
-            f"(the multi-bleu.perl setting), signature: {signatures['bleu_moses']}"
-        )
+    for metric in shown_metrics(report):
+        if metric.optional:
+            lines.append(f"{metric.header}: {metric.note}, signature: {signatures[metric.scorer]}")
+    if report.get("task_references"):
+        lines.append(f"Task references: {report['task_references']}")
     if report["bucket_by"]:
         lines.append(
             f"Buckets: {report['bucket_by']} length in {length_unit(report)}, [low, high): a 10-word "

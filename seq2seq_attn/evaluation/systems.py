@@ -18,11 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import Config, EvalConfig, override
 from ..console import info
+from ..data import moses
+from ..decoding.hub import hub_model
 from ..errors import UserError
 from ..io import read_json, write_text
 from .by_length import (
     Subset,
     System,
+    TokenisedBleu,
+    check_aligned,
     comparison_pairs,
     differing_examples,
     evaluate,
@@ -70,13 +74,26 @@ class Evaluation:
 
 
 def default_run_label(runs: Sequence[Path]) -> str:
-    """A run's name, or `<run>-<checkpoint>` for a checkpoint file; an ensemble's joined by `+`."""
-    return "+".join(run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}" for run in runs)
+    """A run's (or model folder's) name, `<run>-<checkpoint>` for a checkpoint file, a hub model's NAME
+    (of hf://OWNER/NAME); an ensemble's joined by `+`."""
+    return "+".join(_run_label(run) for run in runs)
+
+
+def _run_label(run: Path) -> str:
+    if (model := hub_model(run)) is not None:
+        return model.repo_id.split("/")[1]
+    return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
 
 
 def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) -> Path:
-    """Where a run's translation of `sources` is kept: in `keep_in`, else in the run folder."""
-    folder = keep_in if keep_in is not None else (run if run.is_dir() else run.parent.parent)
+    """Where a run's translation of `sources` is kept: in `keep_in`, else in the run folder (a hub model's
+    folder is the hub client's cache: the working directory instead)."""
+    if keep_in is not None:
+        folder = keep_in
+    elif hub_model(run) is not None:
+        folder = Path(".")
+    else:
+        folder = run if run.is_dir() else run.parent.parent
     return folder / f"{sources.stem}.{label}.hyp"
 
 
@@ -187,6 +204,8 @@ def evaluate_runs(
     by_length: bool = False,
     baseline: str | None = None,
     moses_lang: str | None = None,
+    task_ref: Path | None = None,
+    task_lang: str | None = None,
     words_lang: str | None = None,
     keep_in: Path | None = None,
     decode: dict[str, Any] | None = None,
@@ -199,11 +218,16 @@ def evaluate_runs(
     for error messages. A run with a word vocabulary (a shortlist) adds the sentences free of unknown
     words as their own rows ("no UNK", Bahdanau et al. 2014, Table 1). Moses-counted lengths
     (`eval.words: moses`) are in `words_lang`, or else in the first run's language of the bucketed side.
+    `moses_lang` adds the paper's Moses BLEU in that language, `task_ref` a shared task's BLEU against
+    that file of processed references, in `task_lang` (by default the first run's target language).
     """
     from ..model.device import resolve_device
 
     references = read_text(references_path)
     sources = read_text(sources_path) if sources_path is not None else None
+    task_references = read_text(task_ref) if task_ref is not None else None
+    if task_references is not None:  # checked before minutes of translation
+        check_aligned(str(task_ref), len(task_references), str(references_path), len(references))
     comparison_pairs([system.label for system in systems] + [label for _, label in runs], baseline)
     if runs and (sources is None or sources_path is None):
         raise UserError("a trained run translates the sources: give the source file")
@@ -230,11 +254,32 @@ def evaluate_runs(
         references_path=str(references_path),
         sources_path=str(sources_path) if sources_path is not None else "",
         subsets=subsets,
-        moses_lang=moses_lang,
+        tokenised=tokenised_bleus(
+            moses_lang, (task_ref, task_references), task_lang or target_lang(translated)
+        ),
         baseline=baseline,
         words_lang=words_lang or bucketed_lang([run.config for run in translated], config.bucket_by),
     )
     return Evaluation(report, systems, references, sources, translated)
+
+
+def target_lang(translated: Sequence[TranslatedRun]) -> str | None:
+    """The target language of the first trained run, None without one."""
+    return translated[0].config.data.tgt_lang if translated else None
+
+
+def tokenised_bleus(
+    moses_lang: str | None, task: tuple[Path | None, list[str] | None], task_lang: str | None
+) -> list[TokenisedBleu]:
+    """The tokenised BLEUs asked for: the paper's Moses BLEU in `moses_lang`; the task's BLEU when `task`
+    holds a file of the task's processed references and its lines, in `task_lang`."""
+    found = [TokenisedBleu("bleu_moses", moses.Pipeline(moses_lang))] if moses_lang else []
+    path, lines = task
+    if lines is not None:
+        if not task_lang:
+            raise UserError(f"{path}: the language of the task's references is needed (--task-lang)")
+        found.append(TokenisedBleu("bleu_task", moses.task_pipeline(task_lang), lines, str(path)))
+    return found
 
 
 def write_report(report: dict[str, Any], fmt: str | None, output: Path | None, plot: Path | None) -> str:

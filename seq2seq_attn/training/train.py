@@ -27,7 +27,7 @@ import torch
 from .. import console
 from ..config import Config, to_yaml
 from ..data.prepare import prepare
-from ..decoding.run_folder import BEST, LATEST, checkpoint_dir, save_validated
+from ..decoding.run_folder import BEST, LATEST, VOCAB_DIR, checkpoint_dir, save_validated
 from ..errors import UserError
 from ..io import TEMP_SUFFIX, exclusive, write_text
 from ..model import Seq2Seq, build_model
@@ -142,7 +142,7 @@ def _init_run_dir(run_dir: Path, config: Config, vocab: Vocab, step: int) -> Non
     for stale in checkpoint_dir(run_dir).glob(f".*{TEMP_SUFFIX}"):
         stale.unlink(missing_ok=True)
     write_text(run_dir / "config.yaml", to_yaml(config))
-    target = run_dir / "vocab"
+    target = run_dir / VOCAB_DIR
     if not target.is_dir() or Vocab.load(target).fingerprint() != vocab.fingerprint():
         shutil.rmtree(target, ignore_errors=True)
         vocab.copy_to(target)
