@@ -26,6 +26,7 @@ import torch
 
 from .config import Config, DecodeConfig, override
 from .decoding.loader import Runs, load_runs
+from .decoding.model_folder import REPORT_FILE
 from .decoding.translate import Translation, Translator
 from .errors import UserError
 from .evaluation.likelihood import Score, Scorer
@@ -33,7 +34,6 @@ from .io import read_json
 from .model.summary import count_parameters
 
 PathLike = str | Path
-BY_LENGTH_REPORT = "by_length.json"  # a run's own BLEU-by-length report, in its folder
 NBEST_KEYS = {"nbest": "n", "beam_size": "n"}  # how `Model.nbest` names the keys it sets, for errors
 
 
@@ -97,13 +97,15 @@ class Model:
 
     @property
     def bleu_by_length(self) -> list[dict[str, Any]] | None:
-        """The first run's BLEU by source length when its folder holds an `eval` report of it
-        (`by_length.json`, as `seq2seq export` writes): one row per bucket; else None."""
-        report = self._runs.run_dirs[0] / BY_LENGTH_REPORT
+        """The BLEU-by-length report an exported model folder carries (`seq2seq export --report`): per
+        system of the report, its label and its rows of all sentences (one per bucket); else None."""
+        report = self._runs.run_dirs[0] / REPORT_FILE
         if not report.is_file():
             return None
-        rows = read_json(report)["systems"][0]["rows"]
-        return [row for row in rows if row.get("subset", "all") == "all"]
+        return [
+            {"label": system["label"], "rows": [r for r in system["rows"] if r.get("subset", "all") == "all"]}
+            for system in read_json(report)["systems"]
+        ]
 
     def search(self, lines: Sequence[str], n: int = 1, attention: bool = False) -> list[Found]:
         """The n best candidates of each line, in order, and with `attention` the best one's attention:

@@ -25,6 +25,7 @@ from helpers import ENV, ROOT, assert_one_line_error, browse, run_main
 
 import seq2seq_attn as s2s
 from seq2seq_attn.errors import UserError
+from seq2seq_attn.io import read_json
 from seq2seq_attn.serving.app import create_app, word_alignment
 from seq2seq_attn.serving.batching import MicroBatcher
 from seq2seq_attn.serving.hosting import ModelSpec, host_models, read_conf
@@ -141,20 +142,32 @@ def test_v1_score_answers_as_the_api_and_an_ensemble_refuses_with_its_reason(
     assert refused.json() == {"error": str(reason.value), "status": "error"}
 
 
-def test_the_card_has_the_config_the_size_and_the_bleu_by_length(tiny_run_dir: Path, tmp_path: Path) -> None:
-    import shutil
-
-    run = tmp_path / "run"
-    shutil.copytree(tiny_run_dir, run, symlinks=True)
-    rows = [{"subset": "all", "bucket": "0-10", "count": 3, "bleu": 12.5}]
-    (run / "by_length.json").write_text(json.dumps({"systems": [{"rows": rows}]}), encoding="utf-8")
-    with TestClient(create_app(host_models([ModelSpec(1, [str(run)])]))) as client:
+def test_the_card_has_the_config_the_size_and_an_exported_folders_bleu_by_length(
+    tiny_run_dir: Path, tmp_path: Path
+) -> None:
+    sources = [f"the cat sat on the mat {'and the dog ' * n}" for n in range(12)]
+    for name, lines in [("src", sources), ("ref", sources), ("hyp", sources[:6] + ["x"] * 6)]:
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = tmp_path / "report.json"
+    args = ["--hyp", "hyp", "--label", "tiny", "--src", "src", "--ref", "ref", "--by-length"]
+    assert run_main("eval", *args, "--bootstrap", "0", "--output", str(report), cwd=tmp_path).returncode == 0
+    rows = [row for row in read_json(report)["systems"][0]["rows"] if row["subset"] == "all"]
+    exported = tmp_path / "exported"
+    assert run_main("export", str(tiny_run_dir), "-o", str(exported), "--report", str(report)).returncode == 0
+    specs = [ModelSpec(1, [str(exported)]), ModelSpec(2, [str(tiny_run_dir)])]
+    with TestClient(create_app(host_models(specs))) as client:
         card = client.get("/v1/models/1").json()
-        assert card["bleu_by_length"] == rows
-        assert card["parameters"] == s2s.load(run).parameters > 0
+        assert card["bleu_by_length"] == [{"label": "tiny", "rows": rows}]
+        assert card["parameters"] == s2s.load(tiny_run_dir).parameters > 0
         assert card["config"]["model"]["hidden_size"] == 16 and card["decode"]["beam_size"] >= 1
+        assert client.get("/v1/models/2").json()["bleu_by_length"] is None  # a run folder carries none
         assert client.get("/v1/models").json()[0]["attention"] is True
-        assert client.get("/v1/models/2").status_code == 404
+        assert client.get("/v1/models/3").status_code == 404
+        same = {"model": 1, "sentences": LINES, "nbest": 2}
+        assert (
+            client.post("/v1/translate", json=same).json()["translations"]
+            == (client.post("/v1/translate", json={**same, "model": 2}).json()["translations"])
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------
