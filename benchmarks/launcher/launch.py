@@ -2,10 +2,13 @@
 
 With any toolkit's own python: `python launch.py -m MODULE [ARGS...]` or `python launch.py SCRIPT [ARGS...]`.
 The peak, `torch.cuda.max_memory_allocated()` (null when CUDA was never used), goes to the JSON file named
-by $BENCH_STATS_FILE. Standard library only: it runs inside the peers' virtual environments too.
+by $BENCH_STATS_FILE. Standard library only: it runs inside the peers' virtual environments too. With
+$BENCH_SNAPSHOT_HOOK set it first hooks the toolkit's training loop so that SIGUSR1 writes a checkpoint
+(bench_snapshots.py: the points of `bench --curves`).
 
-It sits alone in its folder: Python puts a script's folder first on the import path, and there no module
-of the harness can shadow one the toolkit imports.
+Its folder holds only what runs inside a toolkit's interpreter (this, bench_snapshots.py and
+opennmt_translate.py): Python puts a script's folder first on the import path, and there no module of the
+harness can shadow one the toolkit imports (and their names are none of a toolkit's modules).
 """
 
 import atexit
@@ -35,6 +38,10 @@ def main() -> None:
     # non-interactive shell (`nohup make bench &`) inherits SIGINT ignored, and Python then installs no
     # KeyboardInterrupt handler: the toolkit would train on to the SIGTERM that follows.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get("BENCH_SNAPSHOT_HOOK"):
+        import bench_snapshots
+
+        bench_snapshots.install(os.environ["BENCH_SNAPSHOT_HOOK"])
     if args[0] == "-m":
         sys.argv = [args[1], *args[2:]]
         runpy.run_module(args[1], run_name="__main__", alter_sys=True)
