@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq_attn.config import Config, load_config
 from seq2seq_attn.decoding.search import beam_search
@@ -45,6 +44,7 @@ from .machine import (
     span_warning,
     summary,
 )
+from .ours_decode import multiply_adds
 
 PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 FIRST_ID = EOS_ID + 1  # random ids avoid the special ones
@@ -190,12 +190,13 @@ def measure(config: Config, shapes: Shapes, precision: str, compiled: bool, devi
         timed(search, 1, device)
         batches = max(1, args.reps // 3)
         search_s = timed(search, batches, device) / batches
-        with FlopCounterMode(display=False) as counter:  # the matrix products' floating-point operations
-            search()
+        _, macs = multiply_adds(search)  # the matrix products', counted by torch's FlopCounterMode
+        steps = shapes.tgt_len + 1  # every output piece, and EOS
         row |= {
-            "beam_ms_per_step": round(search_s / (shapes.tgt_len + 1) * 1000, 2),
+            "beam_ms_per_step": round(search_s / steps * 1000, 2),
             "beam_sentences_per_s": round(shapes.batch / search_s, 1),
-            "beam_matmul_gflop_per_s": round(counter.get_total_flops() / search_s / 1e9, 3),
+            "beam_macs_per_step": round(macs / shapes.batch / steps),  # one sentence's step, all its beams
+            "beam_matmul_gflop_per_s": round(2 * macs / search_s / 1e9, 3),
             "beam_peak_mib": peak_memory_mib(device),
         }
         if args.profile:
@@ -270,15 +271,17 @@ def markdown(result: dict[str, Any]) -> str:
             for peak in [m.get("matmul_peak_gflop_per_s")]
             if peak
         ),
-        "- beam matmul GFLOP/s: the search's matrix-product operations (torch's FlopCounterMode) per second",
+        "- beam matmul GFLOP/s: the search's matrix-product operations (torch's FlopCounterMode) per second; "
+        "multiply-adds per step: those of one sentence's step (all its beams, the encoder spread over the "
+        "steps), as `benchmarks.bench` reports them for every toolkit's search",
         "",
         "- peak MiB: the most GPU memory torch's allocator held (CUDA only), training with the optimiser's "
         "state, and the search",
         "",
         "| config | precision | compile | parameters | warm-up (s) | train update (ms) | train target tok/s "
-        "| train sentences/s | train peak MiB | beam step (ms) | beam sentences/s | beam matmul GFLOP/s "
-        "| beam peak MiB |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| train sentences/s | train peak MiB | beam step (ms) | beam sentences/s "
+        "| beam multiply-adds per step | beam matmul GFLOP/s | beam peak MiB |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         lines.append(
@@ -286,13 +289,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['parameters']:,} | {r['warmup_s']} | {r['train_ms']} | {r['train_tokens_per_s']:,} "
             f"| {r['train_sentences_per_s']} | {_cell(r['train_peak_mib'])} "
             f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} "
+            f"| {_cell(r.get('beam_macs_per_step'), ',')} "
             f"| {r.get('beam_matmul_gflop_per_s', '-')} | {_cell(r.get('beam_peak_mib'))} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def _cell(value: float | None) -> str:
-    return "-" if value is None else str(value)
+def _cell(value: float | None, spec: str = "") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _cores(value: float | None) -> str:

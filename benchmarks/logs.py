@@ -13,6 +13,9 @@ Decoding time, excluding start-up and model loading:
     OpenNMT-py  "Average translation time (ms): 12.3" times the sentences ("Total translation time (s)"
                 has one decimal only)
     JoeyNMT     "Generation took 12.3456[sec]."
+
+The arithmetic of a search, counted after it by ours_decode.py and launcher/opennmt_translate.py alike:
+    "Multiply-adds: 123456 per output piece over 64 sentences"
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ _OURS_DECODE = re.compile(r"Decoding took ([\d.]+) s for (\d+) sentences and (\d
 _OPENNMT_AVERAGE_MS = re.compile(r"Average translation time \(ms\): ([\d.]+)")
 _OPENNMT_TOTAL_S = re.compile(r"Total translation time \(s\): ([\d.]+)")
 _JOEYNMT_DECODE = re.compile(r"Generation took ([\d.]+)\[sec\]")
+_MULTIPLY_ADDS = re.compile(r"^Multiply-adds: ([\d.]+) per output piece", re.M)
 
 
 def train_points(toolkit: str, text: str, until: float | None = None) -> list[tuple[int, float]]:
@@ -101,6 +105,12 @@ def decode_seconds(toolkit: str, text: str, sentences: int) -> float | None:
         match = _OPENNMT_TOTAL_S.search(text)
         return float(match.group(1)) if match else None
     match = _JOEYNMT_DECODE.search(text)
+    return float(match.group(1)) if match else None
+
+
+def multiply_adds(text: str) -> float | None:
+    """The matrix products' multiply-adds per generated piece that a decoding log reports (None: none)."""
+    match = _MULTIPLY_ADDS.search(text)
     return float(match.group(1)) if match else None
 
 

@@ -8,15 +8,25 @@ peers' stopping rule (a sentence ends once the best candidate of a step is EOS: 
 The speed levers are the product's own: `--precision int8`, `--lexical-shortlist` (the run's table).
 
 Prints: Decoding took X s for N sentences and T target tokens   (T: generated pieces, EOS excluded)
+
+With `--count-macs N` it then translates the first N sentences again, in fp32, under torch's
+`FlopCounterMode` (untimed, not written out), and prints the matrix products' multiply-adds per generated
+piece (encoder included; an int8 search does the same multiply-adds in int8), as OpenNMT-py's decoding does
+(launcher/opennmt_translate.py):
+
+        Multiply-adds: M per output piece over N sentences
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq_attn.config import DecodeConfig, choices_enum
 from seq2seq_attn.decoding.loader import load_runs
@@ -24,6 +34,7 @@ from seq2seq_attn.decoding.translate import CHUNK_LINES
 from seq2seq_attn.io import read_lines, write_text
 
 NO_LIMIT = 2**31 - 1  # a token count no batch or test source reaches
+T = TypeVar("T")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +62,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="score only each sentence's lexical candidates (the run's lexical_shortlist.npz)",
     )
+    parser.add_argument(
+        "--count-macs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="afterwards, count the multiply-adds of translating the first N sentences again (fp32, untimed)",
+    )
     return parser.parse_args(argv)
 
 
@@ -76,7 +94,8 @@ def main(argv: list[str] | None = None) -> None:
         "precision": args.precision,
         "lexical_shortlist": args.lexical_shortlist,
     }
-    translator = load_runs([args.checkpoint], device).translator(settings)  # as `seq2seq translate` builds it
+    runs = load_runs([args.checkpoint], device)
+    translator = runs.translator(settings)  # as `seq2seq translate` builds it
     lines = list(read_lines(args.input))
 
     start = time.perf_counter()
@@ -91,6 +110,19 @@ def main(argv: list[str] | None = None) -> None:
     tokens = sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
     write_text(args.output, "".join(text + "\n" for text in texts))
     print(f"Decoding took {seconds:.4f} s for {len(lines)} sentences and {tokens} target tokens", flush=True)
+    if args.count_macs:
+        fp32 = runs.translator({**settings, "precision": "fp32"})
+        counted, macs = multiply_adds(lambda: fp32.translate(lines[: args.count_macs]))
+        pieces = sum(len(t.hypotheses[0].tokens) for t in counted if t.hypotheses)
+        print(f"Multiply-adds: {macs / max(pieces, 1):.0f} per output piece over {len(counted)} sentences")
+
+
+def multiply_adds(work: Callable[[], T]) -> tuple[T, float]:
+    """`work()`'s result and the multiply-adds of its matrix products (torch's FlopCounterMode counts
+    each product's floating-point operations, two per multiply-add)."""
+    with FlopCounterMode(display=False) as counter:
+        result = work()
+    return result, counter.get_total_flops() / 2
 
 
 if __name__ == "__main__":
