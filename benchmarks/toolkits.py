@@ -8,13 +8,21 @@ against the same references for all three.
 
 Each peer lives in its own virtual environment under the cache folder, installed once from PyPI with the
 same torch version as ours (the recipes and pitfalls are in benchmarks/README.md); a peer that cannot be
-installed is skipped with the reason.
+installed is skipped with the reason. OpenNMT-py runs as two systems from that one install: `opennmt`,
+matched to our model and training recipe (`Recipe`, from our config), and `opennmt-general`, its default
+`general` attention with input feeding and its own default recipe, at our network's shape.
+
+Training runs either to the wall-clock budget, or (`bench --curves`) with a checkpoint asked for at each
+fixed point of training time (launcher/bench_snapshots.py hooks ours and OpenNMT-py; JoeyNMT has no hook).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,17 +32,19 @@ from pathlib import Path
 import sentencepiece as spm
 
 import seq2seq_attn
+from seq2seq_attn.config import ModelConfig, TrainConfig, load_config
 from seq2seq_attn.config.constants import TOKENIZED_SPLIT
 from seq2seq_attn.io import read_lines, write_text
 from seq2seq_attn.model.checkpoint import load_checkpoint
 from seq2seq_attn.vocab.pieces import Vocab
 
 from . import logs
-from .measure import Job, Measured, launched, package_version, run_job
+from .measure import SNAPSHOT_HOOK_ENV, Job, Measured, Snapshots, launched, package_version, run_job
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "peers"
 OURS_DECODE = HERE / "ours_decode.py"
+OPENNMT_TRANSLATE = HERE / "launcher" / "opennmt_translate.py"  # onmt_translate + int8 + multiply-adds
 # OpenNMT-py bounds an output by -max_length_ratio x source length + 5 (translator.py) and JoeyNMT by
 # 1.5 x the batch's longest source (max_output_length: -1); ours takes the same bound as max_len_a, max_len_b.
 OUTPUT_EXTRA = 5
@@ -43,12 +53,49 @@ JOEYNMT_RATIO = 1.5  # the only ratio JoeyNMT 2.3.0 offers
 # `general` is JoeyNMT's `luong`. A score a peer lacks skips that peer.
 OPENNMT_ATTENTION = {"bahdanau": "mlp", "concat": "mlp", "general": "general", "dot": "dot", "none": "none"}
 JOEYNMT_ATTENTION = {"bahdanau": "bahdanau", "concat": "bahdanau", "general": "luong"}
+PEER_SEED = 1234  # the peers' seed when none is asked for
 NEVER = 10**9  # a step count no run reaches: the budget (SIGINT) or --max-steps ends training
 PEER_SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours -> the peers' file names
+# Our loss normalisation (train.loss_norm) -> OpenNMT-py's `normalization`; it has no plain sum ("batch").
+OPENNMT_NORMALIZATION = {"tokens": "tokens", "sentences": "sents"}
+# OpenNMT-py's data loading (num_workers, bucket_size): its defaults, or the benchmark's original tuning
+# (one process; buckets of 20,000, since 262,144 makes the loader cycle a 20k corpus ~13x before step 1).
+OPENNMT_LOADER = {"defaults": (2, 262144), "tuned": (0, 20000)}
 
 
 class Skip(Exception):
     """A toolkit that cannot run here; the message says why and ends up in the report."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a model is trained, in the terms OpenNMT-py takes: the matched peer gets ours (`matched_recipe`),
+    the `general` one its own defaults (`OPENNMT_DEFAULTS`). Both initialise uniformly in +-0.1, its
+    default: it refuses PyTorch's own initialisation (`param_init: 0`), which our small configs use."""
+
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    clip: float = 5.0  # gradient-norm clipping
+    normalization: str = "tokens"  # what the summed loss is divided by: tokens | sents
+    dropout: float = 0.1  # OpenNMT-py's one rate: embeddings, and the output before the output layer
+
+
+# OpenNMT-py 3.5.1's defaults (`opts.py`), the recommended ones for SGD in its help (learning_rate: "sgd = 1")
+OPENNMT_DEFAULTS = Recipe(optimizer="sgd", learning_rate=1.0, clip=5.0, normalization="sents", dropout=0.3)
+
+
+def matched_recipe(model: ModelConfig, train: TrainConfig) -> Recipe:
+    """Our config's recipe for the matched peer: optimiser, rate, clipping and normalisation as ours;
+    dropout our rate before the output layer (`dropout_output`), the one place both toolkits drop alike
+    (OpenNMT-py's rate also drops its embeddings; ours drops where `dropout_embed`/`dropout_hidden` say).
+    A normalisation the peer lacks is left empty, and the matched peer is then skipped."""
+    return Recipe(
+        optimizer=train.optimizer,
+        learning_rate=train.learning_rate,
+        clip=train.clip_norm,
+        normalization=OPENNMT_NORMALIZATION.get(train.loss_norm, ""),
+        dropout=model.dropout_output,
+    )
 
 
 @dataclass(frozen=True)
@@ -67,6 +114,12 @@ class Settings:
     attention: str  # our model's `model.attention`; each peer gets its own name for that score
     opennmt_hidden: int = 256  # OpenNMT-py's hidden_size: its decoder's, split in two for its brnn encoder
     decode_steps: int = 0  # 0: outputs end at EOS; N: every output is exactly N pieces (EOS not before)
+    cell: str = "gru"  # our model.cell: OpenNMT-py's recurrent cell
+    embed: int = 128  # our model.src_embed_dim: OpenNMT-py's embeddings
+    recipe: Recipe = Recipe()  # our training recipe (matched_recipe), for the matched OpenNMT-py
+    seed: int | None = None  # every toolkit's seed (--seeds); None: ours its config's, peers PEER_SEED
+    int8: bool = False  # search with int8 products: ours by decode.precision, OpenNMT-py by quantize_dynamic
+    default_loading: bool = False  # every toolkit loads its data its default way inside its training clock
 
 
 @dataclass(frozen=True)
@@ -85,6 +138,7 @@ class Output:
     texts: list[str]
     tokens: int
     seconds: float | None  # decoding time from the toolkit's own log
+    macs_per_piece: float | None = None  # matrix products' multiply-adds per generated piece (first batch)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -131,6 +185,9 @@ class Toolkit:
 
     key = ""
     label = ""
+    log_format = ""  # whose log lines logs.py reads (its key unless another system shares the toolkit)
+    snapshot_hook = ""  # launcher/bench_snapshots.py's hook ('': no checkpoints on request, no curves)
+    settle = 30.0  # seconds between the interrupt and SIGTERM
 
     def setup(self, install: bool) -> None:
         """One-off work before the first run (install, vocabulary); raises Skip when it cannot run."""
@@ -138,14 +195,41 @@ class Toolkit:
     def version(self) -> dict[str, str]:
         return {}
 
-    def train_job(self, folder: Path) -> Job:
+    def recipe_text(self) -> dict[str, str]:
+        """How it trains, in words, for the report: network, attention, optimiser, clipping, loss
+        normalisation, dropout, initialisation, data loading ({}: not described)."""
+        return {}
+
+    def seeded(self, seed: int) -> Toolkit:
+        """This toolkit, training from `seed` (its own seed option)."""
+        twin = copy.copy(self)
+        twin.settings = dataclasses.replace(self.settings, seed=seed)
+        return twin
+
+    def prepare_training(self, folder: Path) -> None:
+        """Before each training: an emptied folder (a run directory left by an earlier benchmark would be
+        resumed)."""
+        shutil.rmtree(folder, ignore_errors=True)
+
+    def train_job(self, folder: Path, points: tuple[float, ...] = ()) -> Job:
+        """Training in `folder`: to the budget or, with `points` (seconds of training), a checkpoint
+        asked for at each point and the process stopped after the last (`training`)."""
         raise NotImplementedError
 
+    def training(self, argv: list[str], folder: Path, points: tuple[float, ...], env: dict[str, str]) -> Job:
+        """The training job of `argv`: SIGINT at the budget, or checkpoints on request at `points`."""
+        log = folder / "train.log"
+        if not points:
+            return Job(argv, log, env=env, interrupt_after=self.settings.budget_s, settle=self.settle)
+        snapshots = Snapshots(points, folder / "snapshots.jsonl")
+        hooked = {**env, SNAPSHOT_HOOK_ENV: self.snapshot_hook}
+        return Job(argv, log, env=hooked, snapshots=snapshots, settle=self.settle)
+
     def train_points(self, folder: Path, measured: Measured) -> list[tuple[int, float]]:
-        return logs.train_points(self.key, measured.text())
+        return logs.train_points(self.log_format or self.key, measured.text())
 
     def parameters(self, measured: Measured) -> int | None:
-        return logs.parameters(self.key, measured.text())
+        return logs.parameters(self.log_format or self.key, measured.text())
 
     def checkpoint(self, folder: Path) -> Path | None:
         """The model to decode with after training (the last one written), or None."""
@@ -163,7 +247,9 @@ class Toolkit:
         """Work between training and decoding that decoding needs and is not timed with it, or None."""
         return None
 
-    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+    def decode_job(self, checkpoint: Path, beam: int, hyp: Path) -> Job:
+        """Decode the test set with `checkpoint` into `hyp`, timed by the toolkit itself; ours and
+        OpenNMT-py then count the multiply-adds of the first batch again, untimed (`Output`)."""
         raise NotImplementedError
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
@@ -173,7 +259,7 @@ class Toolkit:
 class Ours(Toolkit):
     """`seq2seq train` on a config with the benchmark's overrides; decoding by ours_decode.py."""
 
-    key, label = logs.OURS, "ours"
+    key, label, snapshot_hook = logs.OURS, "ours", "ours"
 
     def __init__(
         self,
@@ -185,11 +271,40 @@ class Ours(Toolkit):
     ):
         self.config, self.overrides, self.settings, self.levers = config, overrides, settings, levers
         self.test_src = data_dir / "test.src"
+        self.cache = data_dir / "vocab" / "cache"
 
-    def train_job(self, folder: Path) -> Job:
-        sets = _sets([*self.overrides, f"train.run_dir={folder / 'model'}"])
+    def prepare_training(self, folder: Path) -> None:
+        """With default loading, the token cache goes too: `seq2seq train` then encodes the corpus inside
+        its clock, as the peers read and numericalise their text inside theirs."""
+        super().prepare_training(folder)
+        if self.settings.default_loading:
+            shutil.rmtree(self.cache, ignore_errors=True)
+
+    def recipe_text(self) -> dict[str, str]:
+        config = load_config(self.config, self.overrides, "--set")
+        m, t = config.model, config.train
+        return {
+            "recipe": "its config",
+            "network": f"{m.cell.upper()}, encoder {m.hidden_size} per direction"
+            f"{'' if m.bidirectional else ' (one)'}, decoder {m.decoder_hidden_size}, embeddings "
+            f"{m.src_embed_dim}",
+            "attention": f"{m.attention} ({m.decoder})",
+            "optimiser": f"{t.optimizer}, rate {t.learning_rate:g}",
+            "gradient clipping": f"{t.clip_norm:g}",
+            "loss normalisation": t.loss_norm,
+            "dropout": f"embeddings {m.dropout_embed:g}, annotations {m.dropout_hidden:g}, before the "
+            f"output layer {m.dropout_output:g}",
+            "initialisation": m.init,
+            "data loading": "its token cache, encoded inside the clock"
+            if self.settings.default_loading
+            else "its token cache, built before the clock",
+        }
+
+    def train_job(self, folder: Path, points: tuple[float, ...] = ()) -> Job:
+        seed = [] if self.settings.seed is None else [f"seed={self.settings.seed}"]
+        sets = _sets([*self.overrides, *seed, f"train.run_dir={folder / 'model'}"])
         argv = launched(sys.executable, ["-m", "seq2seq_attn", "train", str(self.config), *sets])
-        return Job(argv, folder / "train.log", interrupt_after=self.settings.budget_s)
+        return self.training(argv, folder, points, {})
 
     def version(self) -> dict[str, str]:
         import torch
@@ -217,11 +332,11 @@ class Ours(Toolkit):
         command = ["-m", "seq2seq_attn", "lexical-shortlist", str(self.checkpoint(folder)), *_flat(options)]
         return Job(launched(sys.executable, command), folder / "lexical-shortlist.log")
 
-    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+    def decode_job(self, checkpoint: Path, beam: int, hyp: Path) -> Job:
         s = self.settings
-        options = {"--checkpoint": self.checkpoint(folder), "--input": self.test_src, "--output": hyp}
+        options = {"--checkpoint": checkpoint, "--input": self.test_src, "--output": hyp}
         options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha, "--device": s.device}
-        options |= {"--precision": self.levers.precision}
+        options |= {"--precision": self.levers.precision, "--count-macs": s.batch}
         # --decode-steps N: EOS forbidden before N pieces and forced after them (one more step, to score it)
         if s.decode_steps:
             options |= {"--min-len": s.decode_steps, "--max-len-a": 0, "--max-len-b": s.decode_steps}
@@ -233,8 +348,8 @@ class Ours(Toolkit):
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
         text = measured.text()
-        tokens = logs.ours_decoded_tokens(text)
-        return Output(list(read_lines(hyp)), tokens or 0, logs.decode_seconds(self.key, text, sentences))
+        tokens, seconds = logs.ours_decoded_tokens(text), logs.decode_seconds(self.key, text, sentences)
+        return Output(list(read_lines(hyp)), tokens or 0, seconds, logs.multiply_adds(text))
 
 
 class Peer(Toolkit):
@@ -245,7 +360,7 @@ class Peer(Toolkit):
     requirements: list[list[str]] = []  # pip install steps, in order
 
     def __init__(self, cache: Path, peer_dir: Path, pieces: Pieces, settings: Settings, torch: str) -> None:
-        self.venv = cache / "venvs" / self.key
+        self.venv = cache / "venvs" / (self.log_format or self.key)  # one install per toolkit
         self.python = self.venv / "bin" / "python"
         self.peer_dir, self.pieces, self.settings, self.torch = peer_dir, pieces, settings, torch
 
@@ -287,16 +402,17 @@ class Peer(Toolkit):
             "LOG_EVERY": s.log_every,
             "STEPS": s.max_steps or NEVER,
             "VALIDATE_EVERY": s.log_every * NEVER,  # no validation inside the budget
+            "SEED": PEER_SEED if s.seed is None else s.seed,
         }
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, fill(TEMPLATES / self.template, {**common, **values}))
         return path
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
-        lines = list(read_lines(hyp))
+        lines, text = list(read_lines(hyp)), measured.text()
         tokens = sum(len(line.split()) for line in lines)
-        seconds = logs.decode_seconds(self.key, measured.text(), sentences)
-        return Output([self.pieces.decode(line) for line in lines], tokens, seconds)
+        seconds = logs.decode_seconds(self.log_format or self.key, text, sentences)
+        return Output([self.pieces.decode(line) for line in lines], tokens, seconds, logs.multiply_adds(text))
 
 
 class JoeyNMT(Peer):
@@ -306,23 +422,27 @@ class JoeyNMT(Peer):
     def setup(self, install: bool) -> None:
         if self.settings.decode_steps:
             raise Skip("its search has no minimum output length, so it cannot be held to --decode-steps")
+        if self.settings.int8:
+            raise Skip("it has no int8 search here (OpenNMT-py's is torch's quantize_dynamic)")
         if self.settings.output_ratio != JOEYNMT_RATIO:
             raise Skip(f"it bounds outputs relative to the source only at {JOEYNMT_RATIO} x the source")
         if self.settings.attention not in JOEYNMT_ATTENTION:
             raise Skip(f"it has no {self.settings.attention!r} attention")
         super().setup(install)
 
-    def config(self, folder: Path, name: str, beam: int) -> Path:
+    def config(self, folder: Path, name: str, beam: int, checkpoint: Path | None = None) -> Path:
+        """Its config, to train (testing latest.ckpt, its last) or to decode `checkpoint`."""
         s = self.settings
-        values = {"RUN": folder / "model", "CUDA": s.device == "cuda", "BEAM": beam}
+        model = checkpoint or folder / "model" / "latest.ckpt"
+        values = {"RUN": folder / "model", "CUDA": s.device == "cuda", "BEAM": beam, "CHECKPOINT": model}
         values |= {"ALPHA": s.alpha, "MAX_OUTPUT": -1}  # JOEYNMT_RATIO x the batch's longest source
         values |= {"ATTENTION": JOEYNMT_ATTENTION[s.attention]}
         return self.render(folder / f"joeynmt.{name}.yaml", values)
 
-    def train_job(self, folder: Path) -> Job:
+    def train_job(self, folder: Path, points: tuple[float, ...] = ()) -> Job:
         config = self.config(folder, "train", self.settings.beam)
         argv = launched(self.python, ["-m", "joeynmt", "train", str(config), "--skip-test"])
-        return Job(argv, folder / "train.log", interrupt_after=self.settings.budget_s)
+        return self.training(argv, folder, points, {})
 
     def checkpoint(self, folder: Path) -> Path | None:
         latest = folder / "model" / "latest.ckpt"  # a link to the checkpoint saved at the end or interrupt
@@ -333,15 +453,19 @@ class JoeyNMT(Peer):
         checkpoint = self.checkpoint(folder)
         return None if checkpoint is None else int(checkpoint.resolve().stem)
 
-    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+    def decode_job(self, checkpoint: Path, beam: int, hyp: Path) -> Job:
         # `translate -o` crashes in 2.3.0: it reads stdin and prints the translations
-        config = self.config(folder, f"beam{beam}", beam)
+        config = self.config(hyp.parent, f"{hyp.stem}.beam{beam}", beam, checkpoint)
         argv = launched(self.python, ["-m", "joeynmt", "translate", str(config)])
         return Job(argv, hyp.with_suffix(".log"), stdin=self.peer_dir / "test.src", stdout=hyp)
 
 
 class OpenNMT(Peer):
+    """OpenNMT-py matched to ours: our kind of attention (`mlp` for additive) and our training recipe."""
+
     key, label, module, template = logs.OPENNMT, "OpenNMT-py 3.5.1", "OpenNMT-py", "opennmt.yaml"
+    snapshot_hook, settle = "opennmt", 1.0  # it saves nothing on SIGINT: terminated right after it
+    recipe_label = "ours, matched"
     requirements = [
         ["--no-deps", "OpenNMT-py==3.5.1"],  # its metadata pins torch<2.3
         ["configargparse", "pyyaml", "sacrebleu", "rapidfuzz", "six", "numpy", "pyonmttok>=1.37,<2"],
@@ -349,7 +473,34 @@ class OpenNMT(Peer):
     ]
     env = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 
+    @property
+    def attention(self) -> str:
+        return OPENNMT_ATTENTION[self.settings.attention]
+
+    @property
+    def recipe(self) -> Recipe:
+        return self.settings.recipe
+
+    def recipe_text(self) -> dict[str, str]:
+        s, r = self.settings, self.recipe
+        workers, bucket = OPENNMT_LOADER["defaults" if s.default_loading else "tuned"]
+        return {
+            "recipe": self.recipe_label,
+            "network": f"{s.cell.upper()}, encoder {s.opennmt_hidden // 2} per direction, decoder "
+            f"{s.opennmt_hidden}, embeddings {s.embed}",
+            "attention": f"{self.attention}, input feeding",
+            "optimiser": f"{r.optimizer}, rate {r.learning_rate:g}",
+            "gradient clipping": f"{r.clip:g}",
+            "loss normalisation": r.normalization,
+            "dropout": f"embeddings and before the output layer {r.dropout:g}",
+            "initialisation": "uniform +-0.1",
+            "data loading": f"text numericalised inside the clock, {workers or 'no'} worker processes, "
+            f"buckets of {bucket:,}" + (" (its defaults)" if s.default_loading else ""),
+        }
+
     def setup(self, install: bool) -> None:
+        if not self.recipe.normalization:
+            raise Skip("it has no loss normalisation like our train.loss_norm (tokens or sentences only)")
         super().setup(install)
         vocab = self.vocab_dir
         config = self.config(vocab, "vocab")
@@ -364,26 +515,31 @@ class OpenNMT(Peer):
     def vocab_dir(self) -> Path:
         return self.peer_dir.parent / "opennmt-vocab"
 
-    def config(self, folder: Path, name: str) -> Path:
-        cuda = self.settings.device == "cuda"
-        values = {"RUN": folder / "model", "VOCAB": self.vocab_dir, "SAVE_EVERY": self.settings.log_every}
-        values |= {"TGT_SEQ_LENGTH": self.settings.max_len + 2, "GPU_RANKS": [0] if cuda else []}
-        values |= {
-            "DTYPE": "fp16" if cuda else "fp32",
-            "ATTENTION": OPENNMT_ATTENTION[self.settings.attention],
-            "HIDDEN": self.settings.opennmt_hidden,
-        }
+    def config(self, folder: Path, name: str, snapshots: bool = False) -> Path:
+        """Its config. To the budget it saves every logging interval, keeping the newest two (it writes
+        nothing when interrupted); with `snapshots` only the checkpoints asked for, every one kept."""
+        s, recipe = self.settings, self.recipe
+        cuda = s.device == "cuda"
+        workers, bucket = OPENNMT_LOADER["defaults" if s.default_loading else "tuned"]
+        values = {"RUN": folder / "model", "VOCAB": self.vocab_dir, "TGT_SEQ_LENGTH": s.max_len + 2}
+        values |= {"SAVE_EVERY": 0 if snapshots else s.log_every, "KEEP": -1 if snapshots else 2}
+        values |= {"GPU_RANKS": [0] if cuda else [], "DTYPE": "fp16" if cuda else "fp32"}
+        values |= {"ATTENTION": self.attention, "HIDDEN": s.opennmt_hidden, "CELL": s.cell.upper()}
+        values |= {"EMBED": s.embed}
+        values |= {"OPTIM": recipe.optimizer, "LEARNING_RATE": recipe.learning_rate, "CLIP": recipe.clip}
+        values |= {"NORMALIZATION": recipe.normalization, "DROPOUT": recipe.dropout}
+        values |= {"NUM_WORKERS": workers, "BUCKET_SIZE": bucket}
         return self.render(folder / f"opennmt.{name}.yaml", values)
 
-    def train_job(self, folder: Path) -> Job:
-        argv = launched(self.python, ["-m", "onmt.bin.train", "-config", str(self.config(folder, "train"))])
-        # It saves nothing on SIGINT (and may train on through it), so it is terminated right away: its
-        # last periodic checkpoint is what it had learnt within the budget (it keeps only the newest two).
-        budget = self.settings.budget_s
-        return Job(argv, folder / "train.log", env=self.env, interrupt_after=budget, settle=1.0)
+    def train_job(self, folder: Path, points: tuple[float, ...] = ()) -> Job:
+        config = self.config(folder, "train", snapshots=bool(points))
+        argv = launched(self.python, ["-m", "onmt.bin.train", "-config", str(config)])
+        # To the budget: it saves nothing on SIGINT (and may train on through it), so it is terminated
+        # right away; its last periodic checkpoint is what it had learnt within the budget.
+        return self.training(argv, folder, points, self.env)
 
     def train_points(self, folder: Path, measured: Measured) -> list[tuple[int, float]]:
-        return logs.train_points(self.key, measured.text(), until=measured.deadline)
+        return logs.train_points(logs.OPENNMT, measured.text(), until=measured.deadline)
 
     def discard_late(self, folder: Path, measured: Measured) -> None:
         """Checkpoints finished after the budget do not count: it saves none on the interrupt, so the
@@ -406,9 +562,10 @@ class OpenNMT(Peer):
         checkpoint = self.checkpoint(folder)
         return None if checkpoint is None else _step_of(checkpoint)
 
-    def decode_job(self, folder: Path, beam: int, hyp: Path) -> Job:
+    def decode_job(self, checkpoint: Path, beam: int, hyp: Path) -> Job:
+        """Its own onmt_translate (launcher/opennmt_translate.py), int8 by `quantize_dynamic` when asked."""
         s = self.settings
-        options = {"-model": self.checkpoint(folder), "-src": self.peer_dir / "test.src", "-output": hyp}
+        options = {"-model": checkpoint, "-src": self.peer_dir / "test.src", "-output": hyp}
         options |= {"-beam_size": beam, "-batch_size": s.batch, "-batch_type": "sents"}
         if s.decode_steps:  # N pieces: EOS forbidden up to the Nth, the search ended after it
             options |= {"-max_length": s.decode_steps, "-max_length_ratio": 0, "-min_length": s.decode_steps}
@@ -416,11 +573,34 @@ class OpenNMT(Peer):
             options |= {"-max_length": NEVER, "-max_length_ratio": s.output_ratio, "-min_length": 0}
         options |= {"-length_penalty": "wu", "-alpha": s.alpha}
         options |= {"-gpu": 0} if s.device == "cuda" else {}
-        target = ["-m", "onmt.bin.translate", *_flat(options), "-report_time"]
+        added = ["--int8"] if s.int8 else []
+        added += ["--count-macs", str(s.batch)]
+        target = [str(OPENNMT_TRANSLATE), *added, *_flat(options), "-report_time"]
         return Job(launched(self.python, target), hyp.with_suffix(".log"), env=self.env)
 
 
-PEERS: dict[str, type[Peer]] = {JoeyNMT.key: JoeyNMT, OpenNMT.key: OpenNMT}
+class OpenNMTGeneral(OpenNMT):
+    """OpenNMT-py's default model (Luong's `general` attention with input feeding, as in every OpenNMT-py
+    RNN config) trained by its default recipe (`OPENNMT_DEFAULTS`), at our network's shape (cell, layers,
+    embeddings, widths) so that the comparison holds the arithmetic equal. Same install and vocabulary."""
+
+    key, label, log_format = "opennmt-general", "OpenNMT-py 3.5.1 (general, its defaults)", logs.OPENNMT
+    recipe_label = "its defaults"
+
+    @property
+    def attention(self) -> str:
+        return "general"
+
+    @property
+    def recipe(self) -> Recipe:
+        return OPENNMT_DEFAULTS
+
+
+PEERS: dict[str, type[Peer]] = {
+    JoeyNMT.key: JoeyNMT,
+    OpenNMT.key: OpenNMT,
+    OpenNMTGeneral.key: OpenNMTGeneral,
+}
 
 
 def fill(template: Path, values: dict[str, object]) -> str:
