@@ -33,6 +33,10 @@ FIGURES = [
     ("beam_tokens_per_s", "beam search: target tokens/s", 0),
     ("greedy_sentences_per_s", "greedy: sentences/s", 1),
     ("greedy_tokens_per_s", "greedy: target tokens/s", 0),
+    ("beam_macs_per_piece", "beam search: multiply-adds per output piece", 0),
+    ("beam_gflop_per_s", "beam search: matrix-product GFLOP/s", 2),
+    ("greedy_macs_per_piece", "greedy: multiply-adds per output piece", 0),
+    ("greedy_gflop_per_s", "greedy: matrix-product GFLOP/s", 2),
     ("decode_peak_rss_mb", "beam search: peak RSS (MiB)", 0),
     ("decode_cuda_peak_mb", "beam search: peak GPU memory (MiB)", 0),
     ("bleu_beam", "BLEU, beam search, after the budget", 2),
@@ -48,6 +52,12 @@ OURS_FIGURES = [
     ("prep_peak_rss_mb", "peak RSS of those steps (MiB)", 0),
     ("noattn_tokens_per_s", "no-attention model: training target tokens/s", 0),
 ]
+READING = (
+    "Each cell: the median over the repetitions, [min, max] when there were several. Ratios (of the "
+    "medians) above 1 favour ours for speed and BLEU; for memory and multiply-adds, below 1 does."
+)
+# Multiply-adds per piece within this factor of ours: the searches compare at equal arithmetic
+EQUAL_ARITHMETIC = 1.1
 # the speed targets: the factor ours / faster peer required on each device
 TARGETS = {
     "cpu": {"train": 1.5, "beam": 2.0, "greedy": 1.0},
@@ -61,6 +71,16 @@ def medians(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, float | No
     for key in keys:
         values = [run[key] for run in runs if run.get(key) is not None]
         out[key] = median(values) if values else None
+    return out
+
+
+def ranges(runs: list[dict[str, Any]], keys: list[str]) -> dict[str, list[float]]:
+    """[min, max] of each figure that several runs produced (one run has no range)."""
+    out = {}
+    for key in keys:
+        values = [run[key] for run in runs if run.get(key) is not None]
+        if len(values) > 1:
+            out[key] = [min(values), max(values)]
     return out
 
 
@@ -88,6 +108,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     keys = [key for key, _, _ in FIGURES]
     for toolkit in result["toolkits"].values():
         toolkit["median"] = medians(toolkit["runs"], keys)
+        toolkit["range"] = ranges(toolkit["runs"], keys)
     ours = result["toolkits"].get("ours", {}).get("median", {})
     peers = {key: t for key, t in result["toolkits"].items() if key != "ours"}
     result["ratios"] = {
@@ -188,7 +209,8 @@ def section(result: dict[str, Any]) -> list[str]:
     title = f"{where}; corpus {result['corpus']['id']}"
     lines = [f"## {title}", "", f"    {result['command']}", "", *_context(result), ""]
     lines += _side_by_side(result["toolkits"], result["ratios"])
-    lines += ["", "Ratios above 1 favour ours for speed and BLEU; for memory, below 1 does.", ""]
+    lines += ["", READING]
+    lines += [*_arithmetic(result), ""]
     lines += ["| target | measured | required | met |", "|---|---:|---:|---|"]
     for t in result["targets"]:
         met = "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")
@@ -281,10 +303,27 @@ def _levers(settings: dict[str, Any]) -> str:
     )
 
 
+def _arithmetic(result: dict[str, Any]) -> list[str]:
+    """Whether each peer's search did the same multiply-adds per piece as ours (within EQUAL_ARITHMETIC),
+    so that its speed compares the searches at equal arithmetic as well as equal steps."""
+    lines = []
+    for key, ratios in result["ratios"].items():
+        label = result["toolkits"][key]["label"]
+        for name in ("beam", "greedy"):
+            value = ratios.get(f"{name}_macs_per_piece")
+            if value is not None:
+                equal = 1 / EQUAL_ARITHMETIC <= value <= EQUAL_ARITHMETIC
+                verdict = "equal arithmetic" if equal else "**not** equal arithmetic"
+                lines.append(
+                    f"- {name}, ours against {label}: {value:.2f}x the multiply-adds per piece: {verdict}"
+                )
+    return ["", *lines] if lines else []
+
+
 def _opennmt_sizes(result: dict[str, Any]) -> list[str]:
     """OpenNMT-py's width, when it ran: its `hidden_size` is the decoder's and is split in two for the
     encoder's directions, so at one hidden size its encoder is half as wide as ours."""
-    if logs.OPENNMT not in result["toolkits"]:
+    if not any(key.startswith(logs.OPENNMT) for key in result["toolkits"]):
         return []
     hidden = result["settings"].get("opennmt_hidden", 256)
     return [
@@ -304,7 +343,11 @@ def _side_by_side(toolkits: dict[str, Any], ratios: dict[str, Any]) -> list[str]
         values = [t.get("median", {}).get(key) for t in toolkits.values()]
         if all(value is None for value in values):
             continue  # e.g. GPU memory on a CPU run
-        cells = [label, *(_number(v, decimals) for v in values), *(_ratio(ratios[p][key]) for p in peers)]
+        spans = [t.get("range", {}).get(key) for t in toolkits.values()]
+        numbers = [
+            _number(v, decimals) + _span(span, decimals) for v, span in zip(values, spans, strict=True)
+        ]
+        cells = [label, *numbers, *(_ratio(ratios[p][key]) for p in peers)]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -314,9 +357,12 @@ METHOD = f"""How it is measured:
 - Same tokens for all: our sentencepiece models cut the prepared corpus into pieces once; the peers read those
   pieces as words and their output is joined back into text with the same models. BLEU: sacrebleu (13a) on
   detokenised text against the untouched references, for all three.
-- Matched models: 1-layer bidirectional GRU encoder, 1-layer GRU decoder with attention, embeddings 128,
-  hidden 256, Adam 1e-3, clip 5, and the same kind of attention score as our config's (additive: our
-  `bahdanau`, OpenNMT-py's `mlp`, JoeyNMT's `bahdanau`; Luong's `general`: JoeyNMT's `luong`). The toolkits
+- Matched models: 1-layer bidirectional encoder and 1-layer decoder with attention, of our config's cell,
+  embeddings 128, and the same kind of attention score as our config's (additive: our `bahdanau`,
+  OpenNMT-py's `mlp`, JoeyNMT's `bahdanau`; Luong's `general`: JoeyNMT's `luong`). OpenNMT-py (`opennmt`)
+  trains with our config's optimiser, rate, clipping, loss normalisation and dropout before the output
+  layer; `opennmt-general` is its default model and recipe (`general` attention, SGD at 1, loss per
+  sentence, dropout 0.3) at our network's shape; JoeyNMT Adam 1e-3, clip 5, dropout 0.1. The toolkits
   count sizes differently (OpenNMT-py's `brnn` splits 256 into 128 + 128): compare the parameter counts.
 - Training throughput: target tokens/s (padding excluded, EOS included) as each toolkit logs it per interval,
   averaged over the same range of updates for every toolkit (cut to where the shortest run's log ends).
@@ -333,7 +379,12 @@ METHOD = f"""How it is measured:
   (`benchmarks/ours_decode.py`). Every toolkit decodes `batch` sentences per batch and stops a sentence
   once the best candidate of a step is EOS (OpenNMT-py's and JoeyNMT's rule; ours runs it with
   `decode.stopping: top`, where its default, `bound`, searches on while a longer hypothesis can still win).
-  Target tokens are the generated pieces.
+  Target tokens are the generated pieces. int8 (`--precision int8`): ours `decode.precision: int8`,
+  OpenNMT-py its model through torch's `quantize_dynamic` (Linear layers and recurrent cells).
+- Arithmetic: after its timed run, ours and OpenNMT-py decode the first `batch` test sentences again,
+  untimed and in fp32, under torch's `FlopCounterMode`: the matrix products' multiply-adds (encoder
+  included) per generated piece. GFLOP/s: twice that, times the timed run's pieces per second (an int8
+  search does the same multiply-adds, in int8).
 - Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
 - Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the
   no-attention model (`--baseline` config) trained over the same window of updates.""".splitlines()
@@ -345,8 +396,9 @@ def _output_bound(settings: dict[str, Any]) -> str:
     if steps:
         return (
             f"every output exactly {steps} pieces (`--decode-steps`: EOS forbidden before them, the search "
-            "ended after them; ours runs one step more, to score its EOS), so decoding speed compares equal "
-            "work whatever the models learnt, and BLEU is no quality figure"
+            "ended after them; ours runs one step more, to score its EOS), so decoding speed compares the "
+            "searches at equal steps whatever the models learnt (equal arithmetic only where the "
+            "multiply-adds per piece match), and BLEU is no quality figure"
         )
     return (
         f"outputs up to {settings['max_output_ratio']:g} x source pieces + 5 (JoeyNMT: 1.5 x the batch's "
@@ -357,6 +409,10 @@ def _output_bound(settings: dict[str, Any]) -> str:
 def _version(toolkit: dict[str, Any]) -> str:
     parts = [f"{key} {value}" for key, value in (toolkit.get("version") or {}).items() if value]
     return toolkit["label"] + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _span(span: list[float] | None, decimals: int) -> str:
+    return "" if span is None else f" [{_number(span[0], decimals)}, {_number(span[1], decimals)}]"
 
 
 def _number(value: float | None, decimals: int) -> str:
