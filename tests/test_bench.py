@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -24,18 +25,30 @@ import torch
 import yaml
 from helpers import TINY_MODEL, tiny_config, write_corpus, write_tiny_config
 
-from benchmarks import bench, bench_search_ops, bench_step, logs, machine, ours_decode, report
-from benchmarks.measure import Job, Measured, launched, run_job
+from benchmarks import bench, bench_search_ops, bench_step, curves, logs, machine, ours_decode, report
+from benchmarks.measure import (
+    SNAPSHOT_HOOK_ENV,
+    Job,
+    Measured,
+    Snapshots,
+    launched,
+    read_snapshots,
+    run_job,
+)
 from benchmarks.toolkits import (
+    OPENNMT_TRANSLATE,
     JoeyNMT,
     Levers,
     OpenNMT,
+    OpenNMTGeneral,
     Ours,
     Pieces,
+    Recipe,
     Settings,
     Skip,
     export_pieces,
     fill,
+    matched_recipe,
 )
 from seq2seq_attn.config import load_config
 from seq2seq_attn.training.optim import build_optimizer
@@ -384,8 +397,12 @@ def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
     assert [text.index(title) for title in titles] == sorted(text.index(title) for title in titles)
     header = "|  | ours | JoeyNMT 2.3.0 | OpenNMT-py 3.5.1 | ours / JoeyNMT 2.3.0 | ours / OpenNMT-py 3.5.1 |"
     assert text.count(header) == 3
-    assert "| training: target tokens/s (steady state) | 9,000 | 1,600 | – | 5.62× | – |" in text
-    assert "| beam search: sentences/s | 100.0 | 60.0 | – | 1.67× | – |" in text
+    # medians, [min, max] where several repetitions gave the figure
+    assert (
+        "| training: target tokens/s (steady state) | 9,000 [8,000, 10,000] | 1,600 [1,500, 1,700] | – "
+        "| 5.62× | – |" in text
+    )
+    assert "| beam search: sentences/s | 100.0 [90.0, 120.0] | 60.0 | – | 1.67× | – |" in text
     assert "| beam-search sentences/s vs the faster peer | 1.67× | 2× | **no** |" in text
     assert "| beam-search sentences/s vs the faster peer | 1.67× | 3× | **no** |" in text  # the GPU section
     assert "peak GPU memory" not in text  # no run measured it: no row
@@ -557,11 +574,11 @@ def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
     peer_dir = _peer_dir(tmp_path)
     folder = tmp_path / "rep1"
     opennmt = OpenNMT(tmp_path / "cache", peer_dir, None, SETTINGS, "2.13.0")
-    argv = opennmt.decode_job(folder / "opennmt", 5, tmp_path / "o.txt").argv
+    argv = opennmt.decode_job(folder / "opennmt" / "model" / "gru_step_50.pt", 5, tmp_path / "o.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
     assert float(options["-max_length_ratio"]) == 1.5 and int(options["-max_length"]) > 10**6
     ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data")
-    argv = ours.decode_job(folder / "ours", 5, tmp_path / "h.txt").argv
+    argv = ours.decode_job(folder / "ours" / "model" / "latest.pt", 5, tmp_path / "h.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
     assert (float(options["--max-len-a"]), int(options["--max-len-b"])) == (1.5, 5)
     assert options["--batch-sentences"] == "64"  # as the peers' batches
@@ -578,7 +595,7 @@ def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
     settings = dataclasses.replace(SETTINGS, decode_steps=30)
     folder = tmp_path / "rep1"
     opennmt = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, settings, "2.13.0")
-    argv = opennmt.decode_job(folder / "opennmt", 5, tmp_path / "o.txt").argv
+    argv = opennmt.decode_job(folder / "opennmt" / "model" / "gru_step_50.pt", 5, tmp_path / "o.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))
     assert (options["-min_length"], options["-max_length"], float(options["-max_length_ratio"])) == (
         "30",
@@ -586,7 +603,7 @@ def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
         0,
     )
     ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], settings, tmp_path / "data")
-    argv = ours.decode_job(folder / "ours", 5, tmp_path / "h.txt").argv
+    argv = ours.decode_job(folder / "ours" / "model" / "latest.pt", 5, tmp_path / "h.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))
     assert (options["--min-len"], float(options["--max-len-a"]), options["--max-len-b"]) == ("30", 0, "30")
     with pytest.raises(Skip, match="no minimum output length"):
@@ -619,10 +636,14 @@ def test_ours_decode_writes_exactly_the_asked_pieces(precision, tiny_run_dir, tm
         "7",
         "--precision",
         precision,
+        "--count-macs",
+        "2",
     ]
     monkeypatch.setattr(sys, "argv", argv)
     ours_decode.main()
-    assert logs.ours_decoded_tokens(capsys.readouterr().out) == 3 * 7
+    printed = capsys.readouterr().out
+    assert logs.ours_decoded_tokens(printed) == 3 * 7
+    assert "per output piece over 2 sentences" in printed and logs.multiply_adds(printed) > 0
     assert len((tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()) == 3
 
 
@@ -636,14 +657,15 @@ def test_our_speed_levers_reach_the_search_and_the_report(tmp_path):
     (folder / "model" / "checkpoints" / "latest.pt").write_bytes(b"")
     plain = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data")
     assert plain.decoding_setup(folder) is None
-    assert "--lexical-shortlist" not in plain.decode_job(folder, 5, tmp_path / "h.txt").argv
+    checkpoint = plain.checkpoint(folder)
+    assert "--lexical-shortlist" not in plain.decode_job(checkpoint, 5, tmp_path / "h.txt").argv
     levers = Levers("int8", (20, 500))
     ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data", levers)
     setup = ours.decoding_setup(folder).argv
     options = dict(zip(setup, setup[1:], strict=False))
     assert "lexical-shortlist" in setup and setup[setup.index("lexical-shortlist") + 1].endswith("latest.pt")
     assert (options["--top-k"], options["--frequent"]) == ("20", "500")
-    argv = ours.decode_job(folder, 5, tmp_path / "h.txt").argv
+    argv = ours.decode_job(checkpoint, 5, tmp_path / "h.txt").argv
     assert dict(zip(argv, argv[1:], strict=False))["--precision"] == "int8" and "--lexical-shortlist" in argv
     assert ours_decode.parse_args([*argv[argv.index("--checkpoint") :]]).lexical_shortlist
     assert logs.lexical_coverage("lexical shortlist: x\ndev reference pieces covered: 97.22%\n") == 97.22
@@ -817,6 +839,7 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys, 
         tokens_per_s = 3 * 4 / (row["train_ms"] / 1000)
         assert abs(row["train_tokens_per_s"] - tokens_per_s) <= max(0.5, 0.01 * tokens_per_s)  # (rounded)
         assert row["beam_sentences_per_s"] > 0 and row["beam_matmul_gflop_per_s"] > 0
+        assert row["beam_macs_per_step"] > 0
         sentences_per_s = 3 / (row["train_ms"] / 1000)
         assert abs(row["train_sentences_per_s"] - sentences_per_s) <= max(0.05, 0.01 * sentences_per_s)
         assert row["train_peak_mib"] is None and row["beam_peak_mib"] is None  # counted on CUDA only
@@ -856,10 +879,10 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
 def test_documented_benchmark_commands_parse_and_their_configs_load():
     """What the docs tell a user to run: valid options, existing configs, overrides the schema accepts."""
     commands = _documented_commands()
-    modules = {"bench", "bench_step", "bench_search_ops", "ours_decode"}
+    modules = {"bench", "bench_step", "bench_search_ops", "ours_decode", "serve_load"}
     assert {module for module, _ in commands} == modules and len(commands) >= 10
     for module, arguments in commands:
-        if arguments == ["--help"]:
+        if arguments == ["--help"] or "..." in arguments:  # (an abbreviation in a table's cell)
             continue
         arguments = [PLACEHOLDERS.get(argument, argument) for argument in arguments]
         if module in ("bench_search_ops", "ours_decode"):  # no config to load
@@ -940,3 +963,424 @@ def test_by_length_scores_every_toolkits_output_against_ours_and_the_report_show
     assert "no beam-search output" in bench.score_by_length(result, tmp_path, args, env)["error"]
     with pytest.raises(SystemExit):
         bench.parse_args(["--by-length", "--reps", "2"])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the peers as two OpenNMT-py systems, int8 and arithmetic
+
+
+def _opennmt_config(peer: OpenNMT, folder: Path, snapshots: bool = False) -> dict:
+    return yaml.safe_load(peer.config(folder, "train", snapshots).read_text(encoding="utf-8"))
+
+
+def test_the_matched_peer_trains_with_our_recipe_and_the_general_one_with_its_defaults(tmp_path):
+    config = load_config(ROOT / "configs/small_rnnsearch.yaml")
+    recipe = matched_recipe(config.model, config.train)
+    assert recipe == Recipe(
+        optimizer="adam", learning_rate=1e-3, clip=5.0, normalization="tokens", dropout=0.1
+    )
+    settings = dataclasses.replace(SETTINGS, recipe=recipe, cell="lstm", embed=64, opennmt_hidden=512)
+    matched = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
+    general = OpenNMTGeneral(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
+    assert general.venv == matched.venv and general.vocab_dir == matched.vocab_dir  # one install
+    ours, defaults = _opennmt_config(matched, tmp_path / "m"), _opennmt_config(general, tmp_path / "g")
+    for config_, attention in ((ours, "mlp"), (defaults, "general")):
+        assert config_["global_attention"] == attention and config_["input_feed"] == 1
+        assert (config_["rnn_type"], config_["word_vec_size"], config_["hidden_size"]) == ("LSTM", 64, 512)
+        assert config_["seed"] == 1234  # no seed asked for: the one the benchmark always gave
+    assert (ours["optim"], ours["learning_rate"], ours["max_grad_norm"]) == ("adam", 0.001, 5.0)
+    assert (ours["normalization"], ours["dropout"]) == ("tokens", [0.1])
+    assert (defaults["optim"], defaults["learning_rate"], defaults["normalization"]) == ("sgd", 1.0, "sents")
+    assert (defaults["max_grad_norm"], defaults["dropout"]) == (5.0, [0.3])
+    assert (
+        matched.recipe_text()["recipe"] == "ours, matched"
+        and general.recipe_text()["recipe"] == "its defaults"
+    )
+    assert general.recipe_text()["network"] == "LSTM, encoder 256 per direction, decoder 512, embeddings 64"
+
+    summed = load_config(ROOT / "configs/small_rnnsearch.yaml", ["train.loss_norm=batch"])
+    plain_sum = dataclasses.replace(SETTINGS, recipe=matched_recipe(summed.model, summed.train))
+    with pytest.raises(Skip, match="no loss normalisation like our train.loss_norm"):
+        OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, plain_sum, "2.13.0").setup(install=False)
+
+
+def test_to_a_budget_opennmt_saves_periodically_for_a_curve_only_when_asked(tmp_path):
+    """To a budget: every logging interval, the newest two kept, SIGINT at the budget. For a curve: no
+    periodic checkpoint, every one asked for kept, its own loader's defaults, checkpoints asked for by the
+    hooked training loop at the points."""
+    budget = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, SETTINGS, "2.13.0")
+    config = _opennmt_config(budget, tmp_path / "b")
+    assert (config["save_checkpoint_steps"], config["keep_checkpoint"]) == (25, 2)
+    assert (config["num_workers"], config["bucket_size"]) == (0, 20000)
+    job = budget.train_job(tmp_path / "b")
+    assert job.interrupt_after == 60 and job.snapshots is None and SNAPSHOT_HOOK_ENV not in job.env
+
+    curve = dataclasses.replace(SETTINGS, default_loading=True)
+    peer = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, curve, "2.13.0").seeded(7)
+    job = peer.train_job(tmp_path / "c", points=(600.0, 1200.0))
+    config = yaml.safe_load((tmp_path / "c" / "opennmt.train.yaml").read_text(encoding="utf-8"))
+    assert (config["save_checkpoint_steps"], config["keep_checkpoint"], config["seed"]) == (0, -1, 7)
+    assert (config["num_workers"], config["bucket_size"]) == (2, 262144)  # its defaults
+    assert job.interrupt_after is None and job.snapshots.at == (600.0, 1200.0)
+    assert job.env[SNAPSHOT_HOOK_ENV] == "opennmt" and job.snapshots.log == tmp_path / "c" / "snapshots.jsonl"
+
+
+def test_ours_for_a_curve_is_seeded_hooked_and_encodes_its_cache_inside_its_clock(tmp_path):
+    settings = dataclasses.replace(SETTINGS, default_loading=True)
+    cache = tmp_path / "data" / "vocab" / "cache"
+    cache.mkdir(parents=True)
+    (cache / "train.src.tokens.npy").write_bytes(b"")
+    ours = Ours(ROOT / "configs/small_rnnsearch.yaml", ["vocab.size=40"], settings, tmp_path / "data")
+    seeded = ours.seeded(2)
+    seeded.prepare_training(tmp_path / "run")
+    assert not cache.exists()  # encoded again by `seq2seq train`, inside its clock
+    job = seeded.train_job(tmp_path / "run", points=(60.0,))
+    assert "seed=2" in job.argv and job.env[SNAPSHOT_HOOK_ENV] == "ours" and job.snapshots.at == (60.0,)
+    assert ours.settings.seed is None  # the original is untouched
+    assert "seed=2" not in ours.train_job(tmp_path / "run").argv
+    assert ours.recipe_text()["data loading"] == "its token cache, encoded inside the clock"
+    (cache / "x").parent.mkdir(parents=True)
+    Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data").prepare_training(
+        tmp_path / "r"
+    )
+    assert cache.exists()  # side by side, the cache is built before the clock and kept
+
+
+def test_opennmt_decodes_through_its_own_translate_with_int8_and_counted_arithmetic(tmp_path):
+    settings = dataclasses.replace(SETTINGS, int8=True)
+    peer = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, settings, "2.13.0")
+    argv = peer.decode_job(tmp_path / "gru_step_9.pt", 5, tmp_path / "o.hyp").argv
+    script = argv.index(str(OPENNMT_TRANSLATE))
+    assert argv[script + 1 : script + 4] == ["--int8", "--count-macs", "64"] and "-report_time" in argv
+    assert argv[argv.index("-model") + 1] == str(tmp_path / "gru_step_9.pt")
+    fp32 = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, SETTINGS, "2.13.0")
+    assert "--int8" not in fp32.decode_job(tmp_path / "m.pt", 5, tmp_path / "o.hyp").argv
+    with pytest.raises(Skip, match="no int8 search"):
+        JoeyNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0").setup(install=False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Decoding took 1.5000 s for 3 sentences and 21 target tokens\n"
+        "Multiply-adds: 123457 per output piece over 2 sentences\n",
+        "[2026-11-27 12:39:46,747 INFO] Average translation time (ms): 2.0\n"
+        "Multiply-adds: 123457 per output piece over 8 sentences\n"
+        "Time w/o python interpreter load/terminate:  3.1\n",
+    ],
+)
+def test_multiply_adds_per_piece_come_from_both_decoders_logs(text):
+    assert logs.multiply_adds(text) == 123457.0
+    assert logs.multiply_adds("Decoding took 1.5 s for 3 sentences and 21 target tokens") is None
+
+
+def test_multiply_adds_count_the_matrix_products():
+    a, b = torch.ones(3, 4), torch.ones(4, 5)
+    product, macs = ours_decode.multiply_adds(lambda: a @ b)
+    assert macs == 3 * 4 * 5 and product.shape == (3, 5)
+
+
+def test_decoding_at_equal_steps_reports_the_arithmetic_and_whether_it_matches():
+    result = _result()
+    result["settings"]["decode_steps"] = 30
+    result["toolkits"]["ours"]["runs"][0] |= {"beam_macs_per_piece": 2.0e6, "beam_gflop_per_s": 3.0}
+    result["toolkits"]["ours"]["runs"][1] |= {"beam_macs_per_piece": 2.2e6, "greedy_macs_per_piece": 1.0e6}
+    result["toolkits"]["joeynmt"]["runs"][0] |= {"beam_macs_per_piece": 2.0e6, "greedy_macs_per_piece": 2.0e6}
+    text = report.markdown({"cpu synthetic": report.summarise(result)})
+    assert (
+        "| beam search: multiply-adds per output piece | 2,100,000 [2,000,000, 2,200,000] | 2,000,000 | – "
+        "| 1.05× | – |" in text
+    )
+    assert "| beam search: matrix-product GFLOP/s | 3.00 | – | – | – | – |" in text
+    assert "- beam, ours / JoeyNMT 2.3.0: 1.05x the multiply-adds per piece: equal arithmetic" in text
+    assert (
+        "- greedy, ours / JoeyNMT 2.3.0: 0.50x the multiply-adds per piece: **not** equal arithmetic" in text
+    )
+    assert "compares the searches at equal steps" in text and "equal work" not in text
+
+
+# ----------------------------------------------------------------------------------------------------------
+# checkpoints on request and quality curves
+
+
+def _snapshots_module():
+    """launcher/bench_snapshots.py, imported as launch.py imports it (it runs in any toolkit's python)."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_snapshots", ROOT / "benchmarks/launcher/bench_snapshots.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_seconds_of_a_process_tree_count_its_descendants_and_their_ended_children(tmp_path):
+    """/proc/PID/stat, fields after the name: utime stime cutime cstime at 14-17 (1-based)."""
+    snapshots = _snapshots_module()
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def stat(pid: int, name: str, ppid: int, utime: int, stime: int, cutime: int, cstime: int) -> None:
+        fields = ["S", ppid, *([0] * 9), utime, stime, cutime, cstime, *([0] * 10)]
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) " + " ".join(map(str, fields)) + "\n")
+
+    stat(10, "python -m (train)", 1, 100, 20, 5, 5)  # the training process: a name with spaces and ()
+    stat(11, "pt_data_worker", 10, 40, 10, 0, 0)  # its data-loader worker
+    stat(12, "x", 11, 7, 3, 0, 0)  # the worker's child
+    stat(20, "other", 1, 999, 999, 0, 0)  # another process
+    (tmp_path / "self").mkdir()  # not a process id
+    assert snapshots.tree_cpu_seconds(10, tmp_path) == pytest.approx((130 + 50 + 10) / tick)
+    assert snapshots.tree_cpu_seconds(11, tmp_path) == pytest.approx(60 / tick)
+    assert snapshots.tree_cpu_seconds(99, tmp_path) == 0
+    assert snapshots.tree_cpu_seconds(os.getpid()) > 0  # the real /proc
+
+
+def test_a_checkpoint_asked_for_is_written_between_updates_and_recorded(tmp_path, monkeypatch):
+    snapshots = _snapshots_module()
+    log, started = tmp_path / "snapshots.jsonl", time.time() - 5
+    previous = signal.getsignal(signal.SIGUSR1)
+    try:
+        requests = snapshots.Requests()
+
+        class Loop:
+            step = 0
+
+            def after_update(self) -> None:
+                self.step += 1
+
+        def save(loop: Loop) -> tuple[int, Path]:
+            (tmp_path / f"step_{loop.step}.pt").write_bytes(b"weights")
+            return loop.step, tmp_path / f"step_{loop.step}.pt"
+
+        snapshots._before(Loop, "after_update", requests, log, started, save)
+        loop = Loop()
+        loop.after_update()
+        os.kill(os.getpid(), signal.SIGUSR1)  # the harness's request, served at the next call
+        loop.after_update()
+        loop.after_update()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    (record,) = read_snapshots(log)
+    assert record["step"] == 1 and record["checkpoint"] == str(tmp_path / "step_1.pt") and loop.step == 3
+    assert 4.5 < record["age_s"] < 60 and record["cpu_s"] > 0
+    assert record["save_s"] >= 0 and record["save_cpu_s"] >= 0
+    with pytest.raises(SystemExit, match="no hook for 'joeynmt'"):
+        monkeypatch.setenv(snapshots.SNAPSHOTS_ENV, str(log))
+        monkeypatch.setenv(snapshots.STARTED_ENV, "0")
+        snapshots.install("joeynmt")
+    signal.signal(signal.SIGUSR1, previous)
+
+
+CHILD_WITH_CHECKPOINTS = """\
+import json, os, signal, sys, time
+log, started = os.environ["BENCH_SNAPSHOTS"], float(os.environ["BENCH_STARTED"])
+asked = []
+signal.signal(signal.SIGUSR1, lambda *_: asked.append(time.time() - started))
+try:
+    while True:
+        time.sleep(0.05)
+        if asked:
+            age = asked.pop()
+            with open(log, "a") as handle:
+                handle.write(json.dumps({"step": 1, "checkpoint": "c", "age_s": age, "cpu_s": 0.1,
+                                         "save_s": 0.5, "save_cpu_s": 0.25}) + "\\n")
+except KeyboardInterrupt:
+    print("stopped")
+"""
+
+
+@pytest.mark.slow(seconds=5)
+def test_run_job_asks_for_checkpoints_at_the_points_each_pushed_back_by_the_writes_before(tmp_path):
+    """Points at 1 and 2 s of training; the first write takes 0.5 s, so the second request comes at 2.5 s
+    of wall clock; after the last checkpoint the process is interrupted."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_WITH_CHECKPOINTS, encoding="utf-8")
+    snapshots = Snapshots((1.0, 2.0), tmp_path / "snapshots.jsonl")
+    started = time.time()
+    measured = run_job(Job([sys.executable, str(script)], tmp_path / "train.log", snapshots=snapshots))
+    first, second = read_snapshots(snapshots.log)
+    assert 1.0 <= first["age_s"] < 1.8 and 2.5 <= second["age_s"] < 3.3
+    assert measured.interrupted and measured.returncode == 0 and "stopped" in measured.text()
+    assert started + 2.5 < measured.deadline < started + 10
+    points = curves.points([first, second], [1 / 60, 2 / 60])
+    assert [p["wall_s"] for p in points] == pytest.approx([first["age_s"], second["age_s"] - 0.5])
+    assert [p["cpu_s"] for p in points] == pytest.approx([0.1, -0.15])
+
+
+def test_curve_points_leave_every_earlier_write_out_of_both_clocks_and_late_ones_warn():
+    records = [
+        {
+            "step": 900,
+            "checkpoint": "a.pt",
+            "age_s": 601.0,
+            "cpu_s": 1180.0,
+            "save_s": 2.0,
+            "save_cpu_s": 1.5,
+        },
+        {
+            "step": 1800,
+            "checkpoint": "b.pt",
+            "age_s": 1203.0,
+            "cpu_s": 2370.0,
+            "save_s": 3.0,
+            "save_cpu_s": 2.5,
+        },
+        {
+            "step": 2700,
+            "checkpoint": "c.pt",
+            "age_s": 1906.0,
+            "cpu_s": 3560.0,
+            "save_s": 2.0,
+            "save_cpu_s": 2.0,
+        },
+    ]
+    points = curves.points(records, [10, 20, 30])
+    assert [(p["minutes"], p["updates"], p["checkpoint"]) for p in points] == [
+        (10, 900, "a.pt"),
+        (20, 1800, "b.pt"),
+        (30, 2700, "c.pt"),
+    ]
+    assert [p["wall_s"] for p in points] == [601.0, 1201.0, 1901.0]
+    assert [p["cpu_s"] for p in points] == [1180.0, 2368.5, 3556.0]
+    assert curves.points(records[:1], [10, 20]) == points[:1]  # training ended early: the points it made
+    assert curves.late_warning("x", points[0]) is None
+    assert curves.late_warning("x", points[2]) == "x: the checkpoint of 30 min came at 1901 s of training"
+
+
+def _eval_report(bleus: dict[str, tuple[float, float]]) -> dict:
+    """A `seq2seq eval --by-length` report's systems: per label, BLEU overall and in bucket 0-10."""
+    return {
+        "systems": [
+            {
+                "label": label,
+                "rows": [
+                    {"subset": "all", "bucket": "all", "bleu": overall},
+                    {"subset": "all", "bucket": "0-10", "bleu": short},
+                    {"subset": "all", "bucket": "10+", "bleu": None},
+                    {"subset": "no UNK", "bucket": "all", "bleu": 99.0},
+                ],
+            }
+            for label, (overall, short) in bleus.items()
+        ]
+    }
+
+
+def _curve_result() -> dict:
+    """Two systems x two seeds x three points, as bench --curves leaves them before curves.summarise."""
+    result = _result()
+    result["command"] = "python -m benchmarks.bench --curves 10,20,30 --seeds 1,2"
+    result["settings"] |= {"curves": [10, 20, 30], "seeds": [1, 2]}
+    result["warnings"] = []
+
+    def run(seed: int, rate: float, bleu: float) -> dict:
+        report_ = _eval_report({f"{m} min": (bleu * m / 10, bleu * m / 12) for m in (10, 20, 30)})
+        points = [
+            {"minutes": m, "updates": int(rate * m), "wall_s": 60.0 * m, "cpu_s": 110.0 * m}
+            | curves.bleu_of(report_, f"{m} min")
+            for m in (10, 20, 30)
+        ]
+        return {"seed": seed, "points": points, "others_cores": {}}
+
+    recipe = {"recipe": "its config", "optimiser": "adam, rate 0.001"}
+    result["toolkits"] = {
+        "ours": {"label": "ours", "recipe": recipe, "runs": [run(1, 100, 10.0), run(2, 120, 12.0)]},
+        "opennmt": {
+            "label": "OpenNMT-py 3.5.1",
+            "recipe": {"recipe": "ours, matched", "optimiser": "adam, rate 0.001"},
+            "runs": [run(1, 50, 6.0), {"seed": 2, "points": [], "error": "0 of 3 checkpoints written"}],
+        },
+        "opennmt-general": {"label": "OpenNMT-py 3.5.1 (general, its defaults)", "skipped": "x", "runs": []},
+    }
+    return result
+
+
+def test_eval_reports_give_each_point_its_bleu_overall_and_by_bucket():
+    report_ = _eval_report({"10 min": (12.5, 14.0), "20 min": (20.0, 21.0)})
+    assert curves.bleu_of(report_, "20 min") == {"bleu": 20.0, "buckets": {"0-10": 21.0, "10+": None}}
+
+
+def test_curves_report_medians_and_ranges_per_point_and_draw_one_plot(tmp_path):
+    result = curves.summarise(_curve_result())
+    first = result["toolkits"]["ours"]["summary"][0]
+    assert first["minutes"] == 10 and first["updates"] == {"median": 1100.0, "min": 1000, "max": 1200, "n": 2}
+    assert first["bleu"] == {"median": 11.0, "min": 10.0, "max": 12.0, "n": 2}
+    assert first["buckets"]["10+"] is None and first["buckets"]["0-10"]["median"] == pytest.approx(
+        11 * 10 / 12
+    )
+    assert result["toolkits"]["opennmt"]["summary"][2]["bleu"]["n"] == 1  # the seed that wrote no checkpoint
+
+    doc = tmp_path / "results" / "quality_curves.md"
+    doc.parent.mkdir()
+    json_path = curves.save(result, doc)
+    assert json.loads(json_path.read_text(encoding="utf-8"))["settings"]["seeds"] == [1, 2]
+    assert doc.with_suffix(".png").stat().st_size > 10_000
+    text = doc.read_text(encoding="utf-8")
+    assert (
+        "| ours | 10 | 1,100 [1,000, 1,200] | 600 [600, 600] | 1,100 [1,100, 1,100] | 11.00 [10.00, 12.00] |"
+        in text
+    )
+    assert "| OpenNMT-py 3.5.1 | 30 | 1,500 | 1,800 | 3,300 | 18.00 |" in text
+    assert "| system | point (min) | 0-10 | 10+ |" in text and "| ours | 30 | 27.50 | – |" in text
+    assert "| optimiser | adam, rate 0.001 | adam, rate 0.001 |" in text
+    assert "| recipe | its config | ours, matched |" in text
+    assert "- OpenNMT-py 3.5.1, seed 2: 0 of 3 checkpoints written" in text
+    assert "- OpenNMT-py 3.5.1 (general, its defaults) skipped: x" in text
+    assert "![BLEU against training CPU-hours and wall clock](quality_curves.png)" in text
+    assert "    python -m benchmarks.bench --curves 10,20,30 --seeds 1,2" in text
+
+
+def test_curves_arguments_are_checked(capsys):
+    matched = ["--curves", "10,20,30", "--set", "model.hidden_size=128"]
+    args = bench.parse_args(matched)
+    assert (args.curves, args.seeds, args.toolkits) == (
+        [10.0, 20.0, 30.0],
+        [1, 2],
+        "ours,opennmt,opennmt-general",
+    )
+    assert args.doc == bench.CURVE_RESULTS and bench.parse_args([]).doc == bench.RESULTS
+    assert bench.parse_args([]).toolkits == "ours,joeynmt,opennmt" and bench.parse_args([]).reps == 3
+    assert bench.parse_args(["--curves", "5", "--opennmt-hidden", "512"]).seeds == [1, 2]
+    assert bench.parse_args(["--curves", "5", "--toolkits", "ours", "--seeds", "3"]).seeds == [3]
+    refused = {
+        "encoder widths differ: ours 256 per direction, OpenNMT-py 128": ["--curves", "10"],
+        "increasing positive minutes": [*matched[:1], "20,10", *matched[2:]],
+        "each seed once": [*matched, "--seeds", "1,1"],
+        "not with --reps, --by-length": [*matched, "--reps", "2", "--by-length"],
+        "not with --budget": [*matched, "--budget", "30"],
+        "JoeyNMT cannot be asked for a checkpoint": [*matched, "--toolkits", "ours,joeynmt"],
+        "--seeds: only with --curves": ["--seeds", "1,2"],
+        "expected comma-separated numbers": ["--curves", "ten"],
+    }
+    for message, argv in refused.items():
+        with pytest.raises(SystemExit) as stop:
+            bench.parse_args(argv)
+        assert stop.value.code == 2 and message in capsys.readouterr().err, message
+
+
+@pytest.mark.slow(seconds=40)
+def test_our_curve_end_to_end_on_a_tiny_corpus(tmp_path):
+    """`bench --curves`, ours alone: hooked training writes a checkpoint at each point (its token cache
+    encoded inside its clock), each is decoded and scored by length, and the report, JSON and plot appear."""
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, n=60)
+    model = [f"--set=model.{key}={value}" for key, value in TINY_MODEL.items()]
+    command = [sys.executable, "-m", "benchmarks.bench", "--toolkits", "ours", "--curves", "0.1,0.2"]
+    command += ["--seeds", "3", "--corpus", str(corpus), "--src-lang", "src", "--tgt-lang", "tgt"]
+    command += ["--threads", "1", "--set=vocab.size=40", "--set=vocab.threads=1", *model]
+    command += ["--out", str(tmp_path / "out"), "--doc", str(tmp_path / "curves.md")]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    result = json.loads((tmp_path / "curves.json").read_text(encoding="utf-8"))
+    (run,) = result["toolkits"]["ours"]["runs"]
+    assert run["seed"] == 3 and "error" not in run, run
+    first, second = run["points"]
+    assert (first["minutes"], second["minutes"]) == (0.1, 0.2) and 0 < first["updates"] < second["updates"]
+    assert 6 <= first["wall_s"] < second["wall_s"] and 0 < first["cpu_s"] < second["cpu_s"]
+    for point in run["points"]:
+        assert Path(point["checkpoint"]).parent.name == "snapshots" and 0 <= point["bleu"] <= 100
+        assert "0-10" in point["buckets"]
+    config = yaml.safe_load((tmp_path / "out/seed3/ours/model/config.yaml").read_text(encoding="utf-8"))
+    assert config["seed"] == 3
+    assert "encoding" in (tmp_path / "out/seed3/ours/train.log").read_text(encoding="utf-8")
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert "| ours | 0.2 |" in (tmp_path / "curves.md").read_text(encoding="utf-8")
