@@ -314,9 +314,7 @@ def _arithmetic(result: dict[str, Any]) -> list[str]:
             if value is not None:
                 equal = 1 / EQUAL_ARITHMETIC <= value <= EQUAL_ARITHMETIC
                 verdict = "equal arithmetic" if equal else "**not** equal arithmetic"
-                lines.append(
-                    f"- {name}, ours against {label}: {value:.2f}x the multiply-adds per piece: {verdict}"
-                )
+                lines.append(f"- {name}, ours / {label}: {value:.2f}x the multiply-adds per piece: {verdict}")
     return ["", *lines] if lines else []
 
 
