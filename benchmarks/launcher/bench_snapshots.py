@@ -13,7 +13,8 @@ workers included, whether still running or already waited for); `save_s`, `save_
 itself took, so that the harness can leave every write out of both budgets.
 
 A request is served between two updates, never inside one, by wrapping a method each toolkit calls once
-per update: ours `_Loop.stop_on_signal`, OpenNMT-py 3.5.1 `Trainer._maybe_report_training`. Standard
+per update: ours `_Loop.stop_on_signal`, OpenNMT-py 3.5.1 `Trainer._maybe_report_training` (one training
+process, as the benchmark runs them: under DDP only the signalled rank would gather). Standard
 library only at import: it runs inside every toolkit's own virtual environment (the toolkit's modules are
 imported by the hooks, when they run). Its name is prefixed so that it shadows no module of a toolkit.
 """
