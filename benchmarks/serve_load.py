@@ -42,7 +42,6 @@ from .machine import describe, load_warning, provenance_warnings, summary
 ROOT = Path(__file__).resolve().parent.parent
 PROG = f"python -m {__spec__.name}"
 ROUTE = "/translator/translate"
-OPENNMT_PYTHON = ROOT / ".bench/venvs/opennmt/bin/python"  # the side-by-side benchmark's peer install
 OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
 
@@ -135,9 +134,10 @@ def _pyonmttok(model: Path) -> dict[str, Any]:
     return {"type": "pyonmttok", "mode": "none", "params": {"sp_model_path": str(model.resolve())}}
 
 
-def opennmt_command(conf: Path, port: int) -> list[str]:
+def opennmt_command(cache: Path, conf: Path, port: int) -> list[str]:
+    python = cache / "venvs" / "opennmt" / "bin" / "python"  # the side-by-side benchmark's peer install
     return [
-        str(OPENNMT_PYTHON), "-m", "onmt.bin.server", "--ip", "127.0.0.1", "--port", str(port),
+        str(python), "-m", "onmt.bin.server", "--ip", "127.0.0.1", "--port", str(port),
         "--url_root", "/translator", "--model_config", str(conf),
     ]  # fmt: skip
 
@@ -289,6 +289,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--beam", type=int, default=5)
     add("--threads", type=int, default=2, help="CPU threads of each server")
     add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
+    add(
+        "--cache", type=Path, default=ROOT / ".bench", help="where bench installed OpenNMT-py (venvs/opennmt)"
+    )
     add("--record", type=Path, help="write OpenNMT-py's answers to a few requests to this JSON file")
     add("--out", type=Path, default=ROOT / "runs/serve_load", help="server logs")
     add(
@@ -326,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         conf = opennmt_conf(args, args.out)
         server = start(
             "OpenNMT-py 3.5.1",
-            opennmt_command(conf, port),
+            opennmt_command(args.cache, conf, port),
             {**env, **OPENNMT_ENV},
             args.out / "opennmt.log",
             port,
