@@ -213,8 +213,9 @@ def record(server: Server, path: Path) -> None:
                 f"{server.url}{ROUTE}", json=[{"src": s, "id": 101} for s in FIXTURE_INPUTS]
             ).json(),
         },
-        "error": http.post(f"{server.url}{ROUTE}", json=[{"src": "x", "id": 7}]).json(),
     }
+    unknown = http.post(f"{server.url}{ROUTE}", json=[{"src": "x", "id": 7}])  # its answer to an unknown id
+    answers["unknown_model"] = {"status": unknown.status_code, "body": unknown.text[:300]}
     write_json(path, answers)
 
 
@@ -314,16 +315,6 @@ def main(argv: list[str] | None = None) -> None:
                      "seconds": args.seconds, "clients": args.clients, "route": ROUTE},
         "systems": [],
     }  # fmt: skip
-    variants = [("seq2seq-attn fp32", [])]
-    if args.shortlist:
-        variants.append(("seq2seq-attn int8 + shortlist", ["--precision", "int8", "--lexical-shortlist"]))
-    for label, extra in variants:
-        port = free_port()
-        server = start(label, ours_command(args, port, extra), env, args.out / f"{label}.log", port)
-        try:
-            result["systems"].append(measure(server, sentences, args))
-        finally:
-            server.stop()
     if args.opennmt_model:
         port = free_port()
         conf = opennmt_conf(args, args.out)
@@ -337,6 +328,16 @@ def main(argv: list[str] | None = None) -> None:
         try:
             if args.record:
                 record(server, args.record)
+            result["systems"].append(measure(server, sentences, args))
+        finally:
+            server.stop()
+    variants = [("seq2seq-attn fp32", [])]
+    if args.shortlist:
+        variants.append(("seq2seq-attn int8 + shortlist", ["--precision", "int8", "--lexical-shortlist"]))
+    for label, extra in variants:
+        port = free_port()
+        server = start(label, ours_command(args, port, extra), env, args.out / f"{label}.log", port)
+        try:
             result["systems"].append(measure(server, sentences, args))
         finally:
             server.stop()
