@@ -306,6 +306,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    args.doc.parent.mkdir(parents=True, exist_ok=True)
+    partial = args.out / "partial.json"  # each system's figures as soon as it is measured
     sentences = [line for line in read_lines(args.sentences) if line.strip()]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     result: dict[str, Any] = {
@@ -329,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.record:
                 record(server, args.record)
             result["systems"].append(measure(server, sentences, args))
+            write_json(partial, result)
         finally:
             server.stop()
     variants = [("seq2seq-attn fp32", [])]
@@ -339,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
         server = start(label, ours_command(args, port, extra), env, args.out / f"{label}.log", port)
         try:
             result["systems"].append(measure(server, sentences, args))
+            write_json(partial, result)
         finally:
             server.stop()
     if args.int8_agreement:
