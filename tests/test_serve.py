@@ -33,7 +33,7 @@ from seq2seq_attn.serving.limits import BatchLimits, Limits
 
 LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
 LIMITS = Limits(max_body_bytes=20_000, max_sentences=8, max_chars=300, max_nbest=4)
-# What OpenNMT-py 3.5.1's `onmt_server` answered (recorded from it: benchmarks/serve_load.py --record)
+# What OpenNMT-py 3.5.1's `onmt_server` answered (recorded from it by benchmarks/serve_load.py --record)
 OPENNMT = json.loads((ROOT / "tests" / "data" / "opennmt_server_3.5.1.json").read_text(encoding="utf-8"))
 
 
@@ -67,17 +67,21 @@ def test_opennmt_routes_answer_with_the_shapes_of_its_server(client: TestClient)
     answer = client.post("/translator/translate", json=inputs)
     assert answer.status_code == 200
     ranks = answer.json()
-    recorded = OPENNMT["translate"]["response"]
+    recorded = OPENNMT["translate"]["response"]  # n_best 2, two inputs
     assert len(ranks) == len(recorded) == 2  # one list per n-best rank
     assert [len(rank) for rank in ranks] == [len(rank) for rank in recorded] == [len(inputs)] * 2
-    without_align = {key: value for key, value in shape(ranks[1]).pop().items()}
-    assert without_align == shape(recorded[1]).pop()
-    assert shape(ranks[0][0]) == shape(OPENNMT["translate_align"]["response"][0][0])  # align, align_score
-    assert [item["src"] for item in ranks[0]] == OPENNMT["translate"]["request"]
+    plain = ranks[1][0]
+    assert shape(plain) == shape(recorded[1][0]) == shape(ranks[1][1]) == shape(recorded[0][1])
+    assert [item["src"] for rank in ranks for item in rank] == [i["src"] for rank in recorded for i in rank]
     assert all(item["n_best"] == 2 for rank in ranks for item in rank)
+    # with report_align, onmt/bin/server.py adds the segment's lists of alignments and their scores
+    best = ranks[0][0]
+    assert set(best) - set(plain) == {"align", "align_score"}
+    assert [type(x) for x in best["align"] + best["align_score"]] == [str, str]
 
     models = client.get("/translator/models").json()
-    assert shape(models[0])["opt"] and set(models[0]) == set(OPENNMT["models"][0])
+    assert set(models[0]) == set(OPENNMT["models"][0]) - {"tokenizer"}  # theirs names its tokenizer
+    assert shape(models[0]["loaded"]) == shape(OPENNMT["models"][0]["loaded"])
     assert [m["model_id"] for m in models] == [100, 7]
     assert client.get("/translator/health").json() == OPENNMT["health"] == {"status": "ok"}
 
