@@ -25,7 +25,17 @@ import torch
 import yaml
 from helpers import TINY_MODEL, tiny_config, write_corpus, write_tiny_config
 
-from benchmarks import bench, bench_search_ops, bench_step, curves, logs, machine, ours_decode, report
+from benchmarks import (
+    bench,
+    bench_search_ops,
+    bench_step,
+    curves,
+    logs,
+    machine,
+    ours_decode,
+    report,
+    serve_load,
+)
 from benchmarks.measure import (
     SNAPSHOT_HOOK_ENV,
     Job,
@@ -885,8 +895,13 @@ def test_documented_benchmark_commands_parse_and_their_configs_load():
         if arguments == ["--help"] or "..." in arguments:  # (an abbreviation in a table's cell)
             continue
         arguments = [PLACEHOLDERS.get(argument, argument) for argument in arguments]
-        if module in ("bench_search_ops", "ours_decode"):  # no config to load
-            {"bench_search_ops": bench_search_ops, "ours_decode": ours_decode}[module].parse_args(arguments)
+        configless = {
+            "bench_search_ops": bench_search_ops,
+            "ours_decode": ours_decode,
+            "serve_load": serve_load,
+        }
+        if module in configless:  # no config to load
+            configless[module].parse_args(arguments)
             continue
         if module == "bench":
             args = bench.parse_args(arguments)
