@@ -407,6 +407,10 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path: Path, tiny_run_dir: Pat
         run_main("serve", "--model", str(tiny_run_dir), "--max-sentences", "0"), "--max-sentences"
     )
     assert_one_line_error(run_main("serve", "--model", str(tmp_path / "none")), "no such run directory")
+    ensemble = ["--model", str(tiny_run_dir), "--model", str(tiny_run_dir)]
+    assert_one_line_error(  # the API's refusal, at start: a model's decode settings are fixed when it loads
+        run_main("serve", *ensemble, "--lexical-shortlist"), "decode one run with it, not an ensemble"
+    )
     assert_one_line_error(
         run_main("serve", "--model", str(tiny_run_dir), "--beam", "0"), "model 100: decode.beam_size"
     )
