@@ -119,7 +119,12 @@ async function start() {
   const lines = params.getAll("q");
   if (lines.length) {
     $("source").value = lines.join("\n");
-    await translate();
+    try {
+      await translate();
+    } catch (error) {
+      setStatus(String(error), true);
+      return;
+    }
     if (params.has("show")) show(Number(params.get("show")));
   }
 }
