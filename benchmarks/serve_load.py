@@ -44,6 +44,18 @@ PROG = f"python -m {__spec__.name}"
 ROUTE = "/translator/translate"
 OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
+# the report is committed: a path outside the repository shows as its placeholder, not as this machine's path
+PLACEHOLDERS = {
+    "--ours": "RUN",
+    "--opennmt-model": "OPENNMT_CHECKPOINT",
+    "--opennmt-sp-src": "SRC_SPM",
+    "--opennmt-sp-tgt": "TGT_SPM",
+    "--sentences": "TEST_SOURCES",
+    "--cache": "CACHE",
+    "--out": "OUT",
+    "--record": "FIXTURE",
+    "--doc": "DOC",
+}
 
 
 @dataclass
@@ -200,12 +212,32 @@ def measure(server: Server, sentences: list[str], args: argparse.Namespace) -> d
     }
 
 
+def shown_command(argv: list[str]) -> str:
+    """The command as the report shows it: each path option's value relative to the repository when it is
+    inside it, else its placeholder (PLACEHOLDERS)."""
+    shown = list(argv)
+    for i, (option, value) in enumerate(zip(argv, argv[1:], strict=False)):
+        if option in PLACEHOLDERS:
+            path = Path(value).resolve()
+            shown[i + 1] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else PLACEHOLDERS[option]
+    return f"{PROG} " + shlex.join(shown)
+
+
+def file_names(value: Any) -> Any:
+    """`value` with every absolute path replaced by its file name (a recording holds no machine's paths)."""
+    if isinstance(value, dict):
+        return {key: file_names(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [file_names(item) for item in value]
+    return Path(value).name if isinstance(value, str) and value.startswith("/") else value
+
+
 def record(server: Server, path: Path) -> None:
     """What OpenNMT-py's server answers, as the shape test reads it."""
     http = httpx.Client(timeout=300)
     answers = {
         "command": "onmt_server (OpenNMT-py 3.5.1), recorded by " + PROG + " --record",
-        "models": http.get(f"{server.url}/translator/models").json(),
+        "models": file_names(http.get(f"{server.url}/translator/models").json()),
         "health": http.get(f"{server.url}/translator/health").json(),
         "translate": {
             "request": FIXTURE_INPUTS,
@@ -311,7 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     sentences = [line for line in read_lines(args.sentences) if line.strip()]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     result: dict[str, Any] = {
-        "command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": shown_command(sys.argv[1:] if argv is None else argv),
         "machine": describe("cpu", args.threads),
         "settings": {"beam": args.beam, "threads": args.threads, "requests": args.requests,
                      "seconds": args.seconds, "clients": args.clients, "route": ROUTE},

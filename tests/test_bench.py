@@ -323,6 +323,20 @@ def test_a_run_under_instruction_set_limits_says_so(monkeypatch):
     )
 
 
+def test_the_serving_report_shows_no_machines_paths() -> None:
+    argv = ["--ours", "/somewhere/run", "--sentences", "/data/test.en", "--requests", "3"]
+    argv += ["--doc", str(ROOT / "benchmarks/results/x.md"), "--cache", str(ROOT / ".bench")]
+    assert serve_load.shown_command(argv) == (
+        "python -m benchmarks.serve_load --ours RUN --sentences TEST_SOURCES --requests 3 "
+        "--doc benchmarks/results/x.md --cache .bench"
+    )
+    recorded = {"models": ["/tmp/m/gru_step_5.pt"], "opt": {"sp_model_path": "/tmp/m/src.model", "beam": 5}}
+    assert serve_load.file_names(recorded) == {
+        "models": ["gru_step_5.pt"],
+        "opt": {"sp_model_path": "src.model", "beam": 5},
+    }
+
+
 def test_a_report_names_its_commit_and_warns_of_changes_before_or_during_the_run(tmp_path: Path) -> None:
     git = lambda *args: subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)  # noqa: E731
     git("init", "-q")
