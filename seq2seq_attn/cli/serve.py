@@ -31,6 +31,11 @@ def _stopped(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
+def _limit(default: float, flag: str, help: str, least: float = 1) -> Any:
+    """An option of the Limits panel: its default from `limits.py`, a value of at least `least`."""
+    return typer.Option(default, flag, min=least, metavar="N", help=help, rich_help_panel=LIMITS)
+
+
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve_command)
 
@@ -61,59 +66,31 @@ def serve_command(
     ),
     device: Device = device_option(panel=SERVER),
     threads: int | None = typer.Option(
-        None, "--threads", help="CPU threads for the search.", rich_help_panel=SERVER
+        None, "--threads", min=1, metavar="N", help="CPU threads for the search.", rich_help_panel=SERVER
     ),
-    max_wait_ms: float = typer.Option(
-        BATCHING.max_wait * 1000,
-        "--max-wait-ms",
-        help="How long a sentence waits for others to be searched with.",
-        rich_help_panel=LIMITS,
+    max_wait_ms: float = _limit(
+        BATCHING.max_wait * 1000, "--max-wait-ms", "How long a sentence waits for others.", 0
     ),
-    max_batch: int = typer.Option(
-        BATCHING.max_sentences,
-        "--max-batch",
-        help="Sentences of several requests searched together at most.",
-        rich_help_panel=LIMITS,
+    max_batch: int = _limit(
+        BATCHING.max_sentences, "--max-batch", "Sentences of several requests searched together."
     ),
     mix_int8: bool = typer.Option(
         False,
         "--mix-int8",
+        metavar="",
         help="Batch int8 models' requests together too (answers may then vary).",
         rich_help_panel=LIMITS,
     ),
-    max_body_bytes: int = typer.Option(
-        LIMITED.max_body_bytes, "--max-body-bytes", help="Largest request body.", rich_help_panel=LIMITS
-    ),
-    max_sentences: int = typer.Option(
-        LIMITED.max_sentences,
-        "--max-sentences",
-        help="Sentences per request at most.",
-        rich_help_panel=LIMITS,
-    ),
-    max_chars: int = typer.Option(
-        LIMITED.max_chars, "--max-chars", help="Characters per sentence at most.", rich_help_panel=LIMITS
-    ),
-    max_nbest: int = typer.Option(
-        LIMITED.max_nbest, "--max-nbest", help="Largest n-best a request may ask.", rich_help_panel=LIMITS
-    ),
+    max_body_bytes: int = _limit(LIMITED.max_body_bytes, "--max-body-bytes", "Largest request body, bytes."),
+    max_sentences: int = _limit(LIMITED.max_sentences, "--max-sentences", "Sentences per request at most."),
+    max_chars: int = _limit(LIMITED.max_chars, "--max-chars", "Characters per sentence at most."),
+    max_nbest: int = _limit(LIMITED.max_nbest, "--max-nbest", "Largest n-best a request may ask."),
     overrides: dict[str, Any] | None = None,
 ) -> None:
     """Serve trained models over HTTP: OpenNMT-py's REST routes, a /v1 API (OpenAPI at /docs) and a page
     at / that shows each translation's attention."""
     if bool(model) == bool(conf):
         raise UserError("give --model (repeat it for an ensemble) or --conf FILE, not both")
-    for name, value in [
-        ("--max-batch", max_batch),
-        ("--max-body-bytes", max_body_bytes),
-        ("--max-sentences", max_sentences),
-        ("--max-chars", max_chars),
-        ("--max-nbest", max_nbest),
-        ("--threads", threads or 1),
-    ]:
-        if value < 1:
-            raise UserError(f"{name} must be at least 1, got {value}")
-    if max_wait_ms < 0:
-        raise UserError(f"--max-wait-ms must be >= 0, got {max_wait_ms}")
     import uvicorn
 
     from ..serving.app import create_app

@@ -157,7 +157,9 @@ class BodyGuard:
         await self.app(scope, counted, send)
 
 
-def create_app(hosted: dict[int, HostedModel], limits: Limits = Limits(), url_root: str = "/translator"):
+def create_app(
+    hosted: dict[int, HostedModel], limits: Limits = Limits(), url_root: str = "/translator"
+) -> FastAPI:
     """The FastAPI application serving `hosted` (model id -> model)."""
 
     @contextlib.asynccontextmanager
@@ -237,7 +239,7 @@ def create_app(hosted: dict[int, HostedModel], limits: Limits = Limits(), url_ro
             raise Refusal(422, 'body: expected a list of at least one {"src": ...}')
         sources = [item.src for item in inputs]
         check_sentences(sources, "inputs")
-        model = pick(inputs[0].id if inputs[0].id is not None or len(hosted) > 1 else None)
+        model = pick(inputs[0].id)
         n = model.model.decode.nbest
         found = await model.translate(sources, n, attention=model.spec.report_align)
         ranks: list[list[dict[str, Any]]] = [[] for _ in range(n)]

@@ -23,7 +23,6 @@ requests is searched again alone, so one bad request cannot fail another.
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -107,10 +106,10 @@ class MicroBatcher(Generic[Result]):
         if not self.mix_requests:
             jobs = jobs[:1]
         batch: list[tuple[_Job[Result], int]] = []
-        for job in itertools.cycle(jobs):
-            if len(batch) == self.limits.max_sentences or not any(j.waiting for j in jobs):
-                break
-            if job.waiting:
+        while (room := self.limits.max_sentences - len(batch)) and (
+            waiting := [j for j in jobs if j.waiting]
+        ):
+            for job in waiting[:room]:  # one line of each waiting job, oldest first
                 batch.append((job, job.next_line))
                 job.next_line += 1
         self._queue = [job for job in self._queue if job.waiting]

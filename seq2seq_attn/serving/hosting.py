@@ -128,8 +128,8 @@ class HostedModel:
         }
 
     def card(self) -> dict[str, Any]:
-        """The model's card: its config, size, search settings and, when its folder has one, its BLEU by
-        length."""
+        """The model's card: its config, size, search settings and, for an exported folder with an eval
+        report, its BLEU by length."""
         return {
             **self.summary(),
             "checkpoints": [str(path) for path in self.model.checkpoints],
