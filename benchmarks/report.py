@@ -10,6 +10,7 @@ regenerated from the whole file.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -176,15 +177,19 @@ def save(result: dict[str, Any], doc: Path) -> Path:
     return path
 
 
+def map_strings(value: Any, change: Callable[[str], str]) -> Any:
+    """`value` (JSON-like: dicts, lists, scalars) with `change` applied to every string in it."""
+    if isinstance(value, dict):
+        return {key: map_strings(item, change) for key, item in value.items()}
+    if isinstance(value, list):
+        return [map_strings(item, change) for item in value]
+    return change(value) if isinstance(value, str) else value
+
+
 def portable(value: Any, root: Path = REPOSITORY) -> Any:
     """`value` with absolute paths inside the repository made relative to it (the report is committed)."""
-    if isinstance(value, dict):
-        return {key: portable(item, root) for key, item in value.items()}
-    if isinstance(value, list):
-        return [portable(item, root) for item in value]
-    if isinstance(value, str) and value.startswith(f"{root}/"):
-        return value[len(str(root)) + 1 :]
-    return value
+    prefix = f"{root}/"
+    return map_strings(value, lambda text: text[len(prefix) :] if text.startswith(prefix) else text)
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:

@@ -38,6 +38,7 @@ import httpx
 from seq2seq_attn.io import read_lines, write_json, write_text
 
 from .machine import describe, load_warning, provenance_warnings, summary
+from .report import map_strings
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = f"python -m {__spec__.name}"
@@ -225,11 +226,7 @@ def shown_command(argv: list[str]) -> str:
 
 def file_names(value: Any) -> Any:
     """`value` with every absolute path replaced by its file name (a recording holds no machine's paths)."""
-    if isinstance(value, dict):
-        return {key: file_names(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [file_names(item) for item in value]
-    return Path(value).name if isinstance(value, str) and value.startswith("/") else value
+    return map_strings(value, lambda text: Path(text).name if text.startswith("/") else text)
 
 
 def record(server: Server, path: Path) -> None:
