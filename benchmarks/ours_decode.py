@@ -9,10 +9,11 @@ The speed levers are the product's own: `--precision int8`, `--lexical-shortlist
 
 Prints: Decoding took X s for N sentences and T target tokens   (T: generated pieces, EOS excluded)
 
-With `--count-macs N` it then translates the first N sentences again, in fp32, under torch's
-`FlopCounterMode` (untimed, not written out), and prints the matrix products' multiply-adds per generated
-piece (encoder included; an int8 search does the same multiply-adds in int8), as OpenNMT-py's decoding does
-(launcher/opennmt_translate.py):
+With `--count-macs` it then translates the whole input again, in the same chunks and length-sorted
+batches, in fp32, under torch's `FlopCounterMode` (untimed, not written out), and prints the matrix
+products' multiply-adds per generated piece (encoder included; an int8 search does the same multiply-adds
+in int8), as OpenNMT-py's decoding does (launcher/opennmt_translate.py). Counting the batches the clock
+timed, rather than a batch of its own, charges each search the padding it really computed:
 
         Multiply-adds: M per output piece over N sentences
 """
@@ -30,7 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from seq2seq_attn.config import DecodeConfig, choices_enum
 from seq2seq_attn.decoding.loader import load_runs
-from seq2seq_attn.decoding.translate import CHUNK_LINES
+from seq2seq_attn.decoding.translate import CHUNK_LINES, Translation, Translator
 from seq2seq_attn.io import read_lines, write_text
 
 NO_LIMIT = 2**31 - 1  # a token count no batch or test source reaches
@@ -64,10 +65,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--count-macs",
-        type=int,
-        default=0,
-        metavar="N",
-        help="afterwards, count the multiply-adds of translating the first N sentences again (fp32, untimed)",
+        action="store_true",
+        help="afterwards, count the multiply-adds of translating the input again, as timed (fp32, untimed)",
     )
     return parser.parse_args(argv)
 
@@ -99,9 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = list(read_lines(args.input))
 
     start = time.perf_counter()
-    translations = []
-    for first in range(0, len(lines), CHUNK_LINES):
-        translations += translator.translate(lines[first : first + CHUNK_LINES])
+    translations = translate_chunks(translator, lines)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -112,9 +109,17 @@ def main(argv: list[str] | None = None) -> None:
     print(f"Decoding took {seconds:.4f} s for {len(lines)} sentences and {tokens} target tokens", flush=True)
     if args.count_macs:
         fp32 = runs.translator({**settings, "precision": "fp32"})
-        counted, macs = multiply_adds(lambda: fp32.translate(lines[: args.count_macs]))
+        counted, macs = multiply_adds(lambda: translate_chunks(fp32, lines))
         pieces = sum(len(t.hypotheses[0].tokens) for t in counted if t.hypotheses)
         print(f"Multiply-adds: {macs / max(pieces, 1):.0f} per output piece over {len(counted)} sentences")
+
+
+def translate_chunks(translator: Translator, lines: list[str]) -> list[Translation]:
+    """What `seq2seq translate` does with a file: chunks of lines, each sorted by length into batches."""
+    translations: list[Translation] = []
+    for first in range(0, len(lines), CHUNK_LINES):
+        translations += translator.translate(lines[first : first + CHUNK_LINES])
+    return translations
 
 
 def multiply_adds(work: Callable[[], T]) -> tuple[T, float]:

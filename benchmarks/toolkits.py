@@ -336,14 +336,14 @@ class Ours(Toolkit):
         s = self.settings
         options = {"--checkpoint": checkpoint, "--input": self.test_src, "--output": hyp}
         options |= {"--beam": beam, "--batch-sentences": s.batch, "--alpha": s.alpha, "--device": s.device}
-        options |= {"--precision": self.levers.precision, "--count-macs": s.batch}
+        options |= {"--precision": self.levers.precision}
         # --decode-steps N: EOS forbidden before N pieces and forced after them (one more step, to score it)
         if s.decode_steps:
             options |= {"--min-len": s.decode_steps, "--max-len-a": 0, "--max-len-b": s.decode_steps}
         else:
             options |= {"--max-len-a": s.output_ratio, "--max-len-b": OUTPUT_EXTRA}
         shortlist = ["--lexical-shortlist"] if self.levers.lexical else []
-        argv = launched(sys.executable, [str(OURS_DECODE), *_flat(options), *shortlist])
+        argv = launched(sys.executable, [str(OURS_DECODE), *_flat(options), "--count-macs", *shortlist])
         return Job(argv, hyp.with_suffix(".log"))
 
     def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
@@ -574,7 +574,7 @@ class OpenNMT(Peer):
         options |= {"-length_penalty": "wu", "-alpha": s.alpha}
         options |= {"-gpu": 0} if s.device == "cuda" else {}
         added = ["--int8"] if s.int8 else []
-        added += ["--count-macs", str(s.batch)]
+        added += ["--count-macs"]
         target = [str(OPENNMT_TRANSLATE), *added, *_flat(options), "-report_time"]
         return Job(launched(self.python, target), hyp.with_suffix(".log"), env=self.env)
 

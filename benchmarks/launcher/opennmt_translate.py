@@ -1,6 +1,6 @@
 """OpenNMT-py 3.5.1's own `onmt_translate`, with two additions for the benchmark; run with its python.
 
-    python launch.py opennmt_translate.py [--int8] [--count-macs N] ONMT_TRANSLATE_OPTIONS...
+    python launch.py opennmt_translate.py [--int8] [--count-macs] ONMT_TRANSLATE_OPTIONS...
 
 Everything else is `onmt.bin.translate.main` as shipped: the same options, the same search, the same
 "Average translation time (ms)" around it.
@@ -10,11 +10,11 @@ Everything else is `onmt.bin.translate.main` as shipped: the same options, the s
               recurrent cell (`nn.GRUCell`, `nn.LSTMCell`: its decoder's steps) with one scale per matrix
               (the only scheme it has for cells); each input is quantised as the product runs (fbgemm, as
               ours). Its encoder's library RNN stays fp32, as ours does.
---count-macs  after the timed run, translate the first N test sentences again, fp32, under torch's
-              `FlopCounterMode` (out of the timed run and out of the output file) and print
-              "Multiply-adds: M per output piece over N sentences": the matrix products' multiply-adds,
-              encoder included, per generated piece (EOS excluded), as ours_decode.py counts ours. An int8
-              search does the same multiply-adds, in int8.
+--count-macs  after the timed run, translate the whole test set again, fp32, in the batches the timed
+              run made (the same iterator), under torch's `FlopCounterMode` (out of the timed run and
+              out of the output file) and print "Multiply-adds: M per output piece over N sentences":
+              the matrix products' multiply-adds, encoder included, per generated piece (EOS excluded),
+              as ours_decode.py counts ours. An int8 search does the same multiply-adds, in int8.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ QUANTISED = {
 def main() -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--int8", action="store_true")
-    parser.add_argument("--count-macs", type=int, default=0)
+    parser.add_argument("--count-macs", action="store_true")
     added, rest = parser.parse_known_args()
 
     import onmt.bin.translate
@@ -61,7 +61,7 @@ def main() -> None:
 
         def counted(engine: InferenceEnginePY):
             result = infer_file(engine)
-            print_macs(engine, fp32["model"], engine.opt.src, added.count_macs)
+            print_macs(engine, fp32["model"], engine.opt.src)
             return result
 
         InferenceEnginePY.infer_file = counted
@@ -69,10 +69,10 @@ def main() -> None:
     onmt.bin.translate.main()
 
 
-def print_macs(engine, model: nn.Module, src: str, sentences: int) -> None:
-    """The fp32 model's multiply-adds per generated piece over the first `sentences` lines of `src`."""
+def print_macs(engine, model: nn.Module, src: str) -> None:
+    """The fp32 model's multiply-adds per generated piece over every line of `src`, batched as timed."""
     with open(src, encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for _, line in zip(range(sentences), handle, strict=False)]
+        lines = [line.rstrip("\n") for line in handle]
     translator = engine.translator
     translator.model, translator.report_time = model, False
     with open(os.devnull, "w", encoding="utf-8") as devnull:
