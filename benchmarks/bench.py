@@ -178,11 +178,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"--curves: the seeds, one training per system each (default {','.join(map(str, SEEDS))}); "
         "ours gets `seed`, OpenNMT-py `seed`",
     )
+    add(
+        "--add-seeds",
+        action="store_true",
+        help="--curves: add these seeds to the result already in --doc's JSON, the same measurement with "
+        "other seeds run earlier (checked first); each sitting's machine and command are kept with its seeds",
+    )
     args = parser.parse_args(argv)
     if args.curves is not None:
         _check_curves(parser, args)
-    elif args.seeds is not None:
-        parser.error("--seeds: only with --curves")
+    elif args.seeds is not None or args.add_seeds:
+        parser.error("--seeds, --add-seeds: only with --curves")
     args.reps = REPS if args.reps is None else args.reps
     args.budget = BUDGET_MIN if args.budget is None else args.budget
     args.toolkits = args.toolkits or ",".join(CURVES if args.curves else SIDE_BY_SIDE)
@@ -386,8 +392,13 @@ def quality_curves(bench: Bench) -> None:
     point, then each checkpoint is decoded and scored by length (`curve_run`); the curves, their medians
     and min-max over the seeds and the plot go to --doc (benchmarks/curves.py)."""
     args, result, out = bench.args, bench.result, bench.out
+    try:
+        before = curves.earlier(args.doc.with_suffix(".json"), result) if args.add_seeds else None
+    except ValueError as problem:
+        sys.exit(f"bench: --add-seeds: {problem}")
+    done = len(before["settings"]["seeds"]) if before else 0  # seeds of earlier sittings: rotation goes on
     for index, seed in enumerate(args.seeds):
-        for toolkit in _rotated(bench.toolkits, index):
+        for toolkit in _rotated(bench.toolkits, done + index):
             _step(f"seed {seed}: {toolkit.label}")
             record = curve_run(toolkit.seeded(seed), out / f"seed{seed}" / toolkit.key, bench)
             result["toolkits"][toolkit.key]["runs"].append({"seed": seed, **record})
@@ -398,6 +409,8 @@ def quality_curves(bench: Bench) -> None:
             write_json(out / "results.json", result)  # partial results survive an interrupted benchmark
     for warning in provenance_warnings(result["machine"]):
         _warn(result, warning)
+    if before is not None:
+        curves.add_seeds(result, before)
     curves.summarise(result)
     write_json(out / "results.json", result)
     json_path = curves.save(result, args.doc)

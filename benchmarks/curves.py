@@ -10,11 +10,16 @@ CPU seconds are those of the training process and all its descendants (data-load
 running or ended; launcher/bench_snapshots.py), what `getrusage` counts with its children; wall clock is
 from the process start, so start-up and data loading are inside both.
 
-The JSON file next to the markdown keeps the latest result per device and corpus, as report.py does.
+The JSON file next to the markdown keeps the latest result. Two seeds of three systems at 30 minutes are
+hours of training, more than one sitting may have: `--add-seeds` runs further seeds later (another day,
+another machine) and adds them to the result already there, when it is the same measurement (`earlier`);
+each sitting's machine, commit and command stay with its seeds (`sessions`), and when the machines differ
+the report says that times compare the systems within a seed, not the seeds.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -26,6 +31,8 @@ from .report import portable
 
 ALL = "all"  # the eval report's row of every sentence
 LATE_S, LATE_SHARE = 30.0, 0.05  # a checkpoint this late (or this share of its point) misses its point
+# settings that may differ between sittings of one measurement (`earlier`): the seeds and where things go
+PER_SITTING = frozenset({"seeds", "out", "cache", "doc", "no_install", "add_seeds", "corpus"})
 
 
 def points(records: list[dict[str, Any]], minutes: list[float]) -> list[dict[str, Any]]:
@@ -95,6 +102,56 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# seeds run in several sittings
+
+
+def earlier(path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """The --curves result in `path` that `result` (just set up, no runs yet) adds its seeds to; a
+    ValueError names what makes it another measurement: a setting, the corpus, a system's version or
+    recipe, or a seed already measured. Checked before any training, not hours later."""
+    if not path.is_file():
+        raise ValueError(f"{path}: no earlier result to add seeds to")
+    before = json.loads(path.read_text(encoding="utf-8"))
+    now, then = result["settings"], before["settings"]
+    for key in sorted((set(now) | set(then)) - PER_SITTING):
+        if now.get(key) != then.get(key):
+            raise ValueError(f"{path}: settings differ: {key} {then.get(key)!r} there, {now.get(key)!r} now")
+    if before["corpus"]["pairs"] != result["corpus"]["pairs"]:  # its folder may have another name
+        raise ValueError(f"{path}: another corpus: {before['corpus']['pairs']} pairs there")
+    for key, toolkit in result["toolkits"].items():
+        old = before["toolkits"].get(key, {})
+        for aspect in ("version", "recipe"):
+            if old.get(aspect) != toolkit.get(aspect):
+                raise ValueError(f"{path}: {toolkit['label']}: its {aspect} differs from the earlier runs'")
+    again = sorted(set(then["seeds"]) & set(now["seeds"]))
+    if again:
+        raise ValueError(f"{path}: seed {', '.join(map(str, again))} already measured there")
+    return before
+
+
+def add_seeds(result: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """`result` with `before`'s runs ahead of its own for every system, its seeds and warnings first,
+    and each sitting (seeds, machine, command) in `sessions`; in place, returned."""
+    sittings = [*before.get("sessions", [_sitting(before)]), _sitting(result)]
+    for key, toolkit in result["toolkits"].items():
+        toolkit["runs"] = [*before["toolkits"].get(key, {}).get("runs", []), *toolkit["runs"]]
+    result["settings"]["seeds"] = [seed for sitting in sittings for seed in sitting["seeds"]]
+    result["warnings"] = [*before["warnings"], *result["warnings"]]
+    cpus = {(s["machine"]["cpu"], s["machine"]["cpu_capability"], s["machine"].get("gpu")) for s in sittings}
+    if len(cpus) > 1:
+        result["warnings"].append(
+            "the seeds ran on different machines (sittings below): wall clock and CPU seconds compare the "
+            "systems within a seed, not across seeds"
+        )
+    result["sessions"] = sittings
+    return result
+
+
+def _sitting(result: dict[str, Any]) -> dict[str, Any]:
+    return {"seeds": result["settings"]["seeds"], "machine": result["machine"], "command": result["command"]}
+
+
+# ----------------------------------------------------------------------------------------------------------
 # files
 
 
@@ -127,6 +184,7 @@ def markdown(result: dict[str, Any], plot_name: str | None = None) -> str:
         "",
         f"- machine: {summary(m)}; {m['os']}; Python {m['python']}; {m['date']}",
         f"- load: 1-minute load average {m['load_before']:.2f} before the run",
+        *_sittings(result.get("sessions", [])),
         *(f"- **warning**: {warning}" for warning in result.get("warnings", [])),
         f"- corpus: {corpus['name']}: {pairs} pairs",
         f"- points: {', '.join(f'{x:g}' for x in s['curves'])} minutes of training; seeds "
@@ -154,6 +212,15 @@ def markdown(result: dict[str, Any], plot_name: str | None = None) -> str:
     if problems:
         lines += ["", "Problems:", "", *problems]
     return "\n".join([*lines, "", *METHOD]) + "\n"
+
+
+def _sittings(sittings: list[dict[str, Any]]) -> list[str]:
+    """One line per sitting when the seeds were run in several: its seeds, machine, date and command."""
+    return [
+        f"- seed {', '.join(map(str, s['seeds']))}: {summary(s['machine'])}; {s['machine']['date']}; "
+        f"`{s['command']}`"
+        for s in sittings
+    ]
 
 
 def _recipes(toolkits: dict[str, Any]) -> list[str]:

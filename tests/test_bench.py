@@ -1356,6 +1356,48 @@ def test_curves_report_medians_and_ranges_per_point_and_draw_one_plot(tmp_path):
     assert "    python -m benchmarks.bench --curves 10,20,30 --seeds 1,2" in text
 
 
+def _split_by_seed(result: dict, seeds: list[int], cpu: str) -> dict:
+    """`result` as a sitting that ran only `seeds` on a machine with `cpu` would have left it."""
+    part = json.loads(json.dumps(result))
+    part["settings"]["seeds"] = seeds
+    part["machine"] |= {"cpu": cpu, "cpu_capability": "AVX2", "date": f"2026-11-2{seeds[0]}"}
+    part["command"] = f"python -m benchmarks.bench --curves 10,20,30 --seeds {seeds[0]}"
+    for toolkit in part["toolkits"].values():
+        toolkit["runs"] = [run for run in toolkit["runs"] if run["seed"] in seeds]
+    return part
+
+
+def test_seeds_of_two_sittings_make_one_curve_with_both_machines_named(tmp_path):
+    whole = curves.summarise(_curve_result())
+    first, second = (_split_by_seed(_curve_result(), [seed], f"CPU {seed}") for seed in (1, 2))
+    doc = tmp_path / "quality_curves.md"
+    curves.save(curves.summarise(first), doc)
+
+    merged = curves.summarise(curves.add_seeds(second, curves.earlier(doc.with_suffix(".json"), second)))
+    assert merged["settings"]["seeds"] == [1, 2]
+    assert merged["toolkits"]["ours"]["summary"] == whole["toolkits"]["ours"]["summary"]
+    assert [s["seeds"] for s in merged["sessions"]] == [[1], [2]]
+    assert "different machines" in merged["warnings"][-1]
+    curves.save(merged, doc)
+    text = doc.read_text(encoding="utf-8")
+    assert "- seed 1: CPU 1, 2 cores" in text
+    assert "`python -m benchmarks.bench --curves 10,20,30 --seeds 2`" in text
+    assert "| ours | 10 | 1,100 [1,000, 1,200] |" in text
+
+    third = _split_by_seed(_curve_result(), [1], "CPU 1")  # a seed already there
+    with pytest.raises(ValueError, match="seed 1 already measured"):
+        curves.earlier(doc.with_suffix(".json"), third)
+    third["settings"] |= {"seeds": [3], "beam": 12}
+    with pytest.raises(ValueError, match="settings differ: beam 5 there, 12 now"):
+        curves.earlier(doc.with_suffix(".json"), third)
+    third["settings"]["beam"] = 5
+    third["toolkits"]["ours"]["recipe"] = {"recipe": "another"}
+    with pytest.raises(ValueError, match="ours: its recipe differs"):
+        curves.earlier(doc.with_suffix(".json"), third)
+    with pytest.raises(ValueError, match="no earlier result"):
+        curves.earlier(tmp_path / "none.json", third)
+
+
 def test_curves_arguments_are_checked(capsys):
     matched = ["--curves", "10,20,30", "--set", "model.hidden_size=128"]
     args = bench.parse_args(matched)
@@ -1375,7 +1417,7 @@ def test_curves_arguments_are_checked(capsys):
         "not with --reps, --by-length": [*matched, "--reps", "2", "--by-length"],
         "not with --budget": [*matched, "--budget", "30"],
         "JoeyNMT cannot be asked for a checkpoint": [*matched, "--toolkits", "ours,joeynmt"],
-        "--seeds: only with --curves": ["--seeds", "1,2"],
+        "--seeds, --add-seeds: only with --curves": ["--seeds", "1,2"],
         "expected comma-separated numbers": ["--curves", "ten"],
     }
     for message, argv in refused.items():
