@@ -384,10 +384,10 @@ METHOD = f"""How it is measured:
   `decode.stopping: top`, where its default, `bound`, searches on while a longer hypothesis can still win).
   Target tokens are the generated pieces. int8 (`--precision int8`): ours `decode.precision: int8`,
   OpenNMT-py its model through torch's `quantize_dynamic` (Linear layers and recurrent cells).
-- Arithmetic: after its timed run, ours and OpenNMT-py decode the first `batch` test sentences again,
-  untimed and in fp32, under torch's `FlopCounterMode`: the matrix products' multiply-adds (encoder
-  included) per generated piece. GFLOP/s: twice that, times the timed run's pieces per second (an int8
-  search does the same multiply-adds, in int8).
+- Arithmetic: after its timed run, ours and OpenNMT-py decode the whole test set again, in the batches
+  the timed run made, untimed and in fp32, under torch's `FlopCounterMode`: the matrix products'
+  multiply-adds (encoder and its padding included) per generated piece. GFLOP/s: twice that, times the
+  timed run's pieces per second (an int8 search does the same multiply-adds, in int8).
 - Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
 - Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the
   no-attention model (`--baseline` config) trained over the same window of updates.""".splitlines()
