@@ -104,13 +104,13 @@ def main(argv: list[str] | None = None) -> None:
     seconds = time.perf_counter() - start
 
     texts = [t.texts[0] if t.texts else "" for t in translations]
-    tokens = sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
+    tokens = generated_pieces(translations)
     write_text(args.output, "".join(text + "\n" for text in texts))
     print(f"Decoding took {seconds:.4f} s for {len(lines)} sentences and {tokens} target tokens", flush=True)
     if args.count_macs:
         fp32 = runs.translator({**settings, "precision": "fp32"})
         counted, macs = multiply_adds(lambda: translate_chunks(fp32, lines))
-        pieces = sum(len(t.hypotheses[0].tokens) for t in counted if t.hypotheses)
+        pieces = generated_pieces(counted)
         print(f"Multiply-adds: {macs / max(pieces, 1):.0f} per output piece over {len(counted)} sentences")
 
 
@@ -120,6 +120,11 @@ def translate_chunks(translator: Translator, lines: list[str]) -> list[Translati
     for first in range(0, len(lines), CHUNK_LINES):
         translations += translator.translate(lines[first : first + CHUNK_LINES])
     return translations
+
+
+def generated_pieces(translations: list[Translation]) -> int:
+    """The pieces of every best hypothesis, EOS excluded: what both the clock and the count divide by."""
+    return sum(len(t.hypotheses[0].tokens) for t in translations if t.hypotheses)
 
 
 def multiply_adds(work: Callable[[], T]) -> tuple[T, float]:
