@@ -48,6 +48,7 @@ EXPECTED_OPTIONS = {
         "--html",
         "--hyp",
         "--label",
+        "--lowercase",
         "--min-bucket-size",
         "--model",
         "--moses-bleu",

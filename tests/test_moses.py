@@ -1,6 +1,7 @@
-"""Moses tokenisation (`data.tokenize: moses`, `eval.words: moses`): the training text is tokenised once
-when prepared, the vocabulary tokenises what the model reads and detokenises what it writes, and length
-buckets can count the paper's words."""
+"""Moses tokenisation (`data.tokenize: moses` or `task`, `eval.words: moses`): the training text is
+tokenised once when prepared (lowercased and punctuation-normalised first for `task`), the vocabulary
+processes what the model reads and detokenises what it writes, and length buckets can count the paper's
+words."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import assert_one_line_error, run_main, tiny_config
+from helpers import assert_one_line_error, make_run_dir, run_main, tiny_config
 
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.data import moses
 from seq2seq_attn.data.prepare import prepare
 from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
+from seq2seq_attn.evaluation.bleu import bleu_metric
 from seq2seq_attn.evaluation.by_length import System, evaluate
 from seq2seq_attn.model import build_model
 from seq2seq_attn.vocab.cache import build_cache, cache_stats, load_cache
@@ -98,7 +100,8 @@ def moses_vocab(tmp_path_factory: pytest.TempPathFactory):
 
 def test_the_vocabulary_tokenizes_raw_text_once(moses_vocab) -> None:
     config, vocab = moses_vocab
-    assert Vocab.load(config.data_dir / "vocab").moses_langs == ("en", "fr")
+    assert Vocab.load(config.data_dir / "vocab").text == (moses.Pipeline("en"), moses.Pipeline("fr"))
+    assert not vocab.lowercases
     manifest = json.loads((config.data_dir / "vocab" / "manifest.json").read_text())
     assert manifest["tokenize"] == {"scheme": "moses", "src_lang": "en", "tgt_lang": "fr"}
     tokenized = [moses.tokenize_line(line, "en") for line in EN]
@@ -131,12 +134,111 @@ def test_a_vocabulary_without_tokenization_keeps_an_older_manifest_current(tmp_p
     vocab = build_vocab(config)
     manifest_file = config.data_dir / "vocab" / "manifest.json"
     manifest = json.loads(manifest_file.read_text())
-    assert manifest["tokenize"] is None and vocab.moses_langs is None
+    assert manifest["tokenize"] is None and vocab.text is None
     del manifest["tokenize"]  # as vocabularies built before the key existed
     manifest_file.write_text(json.dumps(manifest))
     model_time = (config.data_dir / "vocab" / "src.model").stat().st_mtime_ns
-    assert build_vocab(config).moses_langs is None
+    assert build_vocab(config).text is None
     assert (config.data_dir / "vocab" / "src.model").stat().st_mtime_ns == model_time  # not retrained
+
+
+# a shared task's form (`data.tokenize: task`): capitals and typographic punctuation to normalise
+TASK_EN = ["The Cat’s mat", "A dog, a House.", "(Big) red cat!", "It isn't the Dog's"]
+TASK_FR = ["L’Homme", "Le chat, le Chien.", "C'est « Rouge » !", "Qu'il a couru"]
+
+
+def task_config(tmp_path: Path):
+    config = moses_config(tmp_path, tokenize="task")
+    for split in ("train", "valid", "test"):  # the same sentences, with capitals and typographic quotes
+        files = getattr(config.data.local, split)
+        for path, raw, cased in ((files.src, EN, TASK_EN), (files.tgt, FR, TASK_FR)):
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+            Path(path).write_text("".join(cased[raw.index(line)] + "\n" for line in lines), encoding="utf-8")
+    return config
+
+
+@pytest.fixture(scope="module")
+def task_vocab(tmp_path_factory: pytest.TempPathFactory):
+    config = task_config(tmp_path_factory.mktemp("task"))
+    prepare(config)
+    return config, build_vocab(config)
+
+
+def test_the_task_form_trains_on_lowercased_normalised_tokenised_text(task_vocab) -> None:
+    config, _ = task_vocab
+    train_tgt = set((config.data_dir / "train.tgt").read_text(encoding="utf-8").splitlines())
+    assert train_tgt == {"l' homme", "le chat , le chien .", 'c\' est " rouge " !', "qu' il a couru"}
+    train_src = set((config.data_dir / "train.src").read_text(encoding="utf-8").splitlines())
+    assert "the cat 's mat" in train_src  # the typographic apostrophe normalised, then split off
+    valid_tgt = (config.data_dir / "valid.tgt").read_text(encoding="utf-8")
+    assert valid_tgt == Path(config.data.local.valid.tgt).read_text(encoding="utf-8")  # the corpus' text
+    manifest = json.loads((config.data_dir / "vocab" / "manifest.json").read_text())
+    assert manifest["tokenize"] == {"scheme": "task", "src_lang": "en", "tgt_lang": "fr"}
+
+
+def test_a_task_form_vocabulary_reads_any_case_and_writes_lowercase(task_vocab) -> None:
+    config, vocab = task_vocab
+    assert vocab.lowercases and Vocab.load(config.data_dir / "vocab").lowercases
+    assert vocab.encode_src(["THE CAT’S MAT"]) == vocab.encode_src(["the cat's mat"])
+    assert vocab.encode_src(["the cat's mat"]) == vocab.encode_src(["the cat 's mat"], tokenized=True)
+    assert [vocab.decode_tgt(ids) for ids in vocab.encode_tgt(TASK_FR)] == [
+        "l'homme",
+        "le chat, le chien.",
+        'c\'est "rouge" !',
+        "qu'il a couru",
+    ]
+
+
+def test_an_ensemble_tells_the_task_form_from_the_plain_tokenizer(task_vocab) -> None:
+    """The same pieces read through another processing of the text are another target side."""
+    from seq2seq_attn.decoding.ensemble import side_fingerprint
+
+    config, vocab = task_vocab
+    plain = Vocab(
+        config.data_dir / "vocab",
+        vocab.model_type,
+        vocab.joint,
+        1,
+        (moses.Pipeline("en"), moses.Pipeline("fr")),
+    )
+    assert vocab.text[1].describe() == "lowercase+moses-punct-norm+moses-tokenizer:fr"
+    assert side_fingerprint(vocab, "tgt") == side_fingerprint(Vocab.load(config.data_dir / "vocab"), "tgt")
+    assert side_fingerprint(vocab, "tgt") != side_fingerprint(plain, "tgt")
+
+
+def test_a_task_form_run_is_scored_case_insensitively(task_vocab, tmp_path: Path) -> None:
+    config, _ = task_vocab
+    run = make_run_dir(
+        dataclasses.replace(config, train=dataclasses.replace(config.train, run_dir=str(tmp_path / "run")))
+    )
+    valid = config.data.local.valid
+    result = run_main(
+        "--quiet", "eval", "--model", str(run), "--src", valid.src, "--ref", valid.tgt, "--bootstrap", "0",
+        "--format", "json", text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    signatures = json.loads(result.stdout)["signatures"]
+    assert "|case:lc|" in signatures["bleu"] and "|case:lc|" in signatures["chrf"]
+
+
+@pytest.mark.parametrize("fixture", ["moses_vocab", "task_vocab"])
+def test_dev_bleu_is_case_insensitive_for_a_lowercasing_model(fixture, request, monkeypatch) -> None:
+    from seq2seq_attn.training import validate as validation
+
+    config, vocab = request.getfixturevalue(fixture)
+    build_cache(config, vocab)
+    asked = []
+
+    def metric(references, lowercase=False):
+        asked.append(lowercase)
+        return bleu_metric(references, lowercase)
+
+    monkeypatch.setattr(validation, "bleu_metric", metric)
+    torch.manual_seed(0)
+    model = build_model(config.model, vocab.src_size, vocab.tgt_size)
+    found = validation.validate(model, config, vocab, torch.device("cpu"), bf16=False)
+    assert asked == [vocab.lowercases] and 0.0 <= found["bleu"] <= 100.0
+    assert asked == [fixture == "task_vocab"]
 
 
 def test_translations_are_detokenized(moses_vocab) -> None:

@@ -145,6 +145,39 @@ def test_the_task_bleu_of_the_raw_references_is_100(task_files, tmp_path):
     assert row["bleu"] == pytest.approx(100.0) == row["bleu_task"]
 
 
+def test_eval_lowercase_makes_sacrebleu_case_insensitive_and_says_so(task_files):
+    files = task_files
+    base = ["eval", "--hyp", str(files["hyp"]), "--ref", str(files["ref"]), "--bootstrap", "0"]
+    hypotheses = files["hyp"].read_text(encoding="utf-8").splitlines()
+    scores = {}
+    for case, options in (("mixed", ()), ("lc", ("--lowercase",))):
+        result = run_cli(*base, *options, "--format", "json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert f"|case:{case}|" in report["signatures"]["bleu"]
+        assert f"|case:{case}|" in report["signatures"]["chrf"]
+        scores[case] = report["systems"][0]["rows"][0]
+    lowered = sacrebleu.corpus_bleu(hypotheses, [REFERENCES], lowercase=True)
+    assert scores["lc"]["bleu"] == pytest.approx(lowered.score)
+    assert scores["lc"]["bleu"] > scores["mixed"]["bleu"]  # the output is lowercased, the references cased
+    assert scores["lc"]["chrf"] > scores["mixed"]["chrf"]
+
+
+@pytest.mark.slow(seconds=2)
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason="the Multi30k copy of ../shared/corpora is not here")
+def test_a_model_trained_on_the_task_form_is_scored_on_exactly_the_official_words():
+    """`data.tokenize: task`: the model writes the task's words (unescaped), detokenised; the task's BLEU
+    puts them through its processing again. That round trip gives the official references back, so a
+    perfect output scores 100 on the task's metric."""
+    text = moses.text_pipeline("task", "fr")
+    for split in ("val", "test_2016_flickr", "test_2017_flickr"):
+        written = [
+            moses.detokenize(text.line(line), "fr") for line in read_lines(MULTI30K / f"{split}.fr.gz")
+        ]
+        official = read_lines(MULTI30K / f"{split}.lc.norm.tok.fr")
+        assert moses.task_pipeline("fr")(written) == official
+
+
 def test_eval_model_takes_the_task_language_from_the_run(tiny_run_dir, tmp_path):
     data = tiny_run_dir.parent / "data"
     references = (data / "test.tgt").read_text(encoding="utf-8").splitlines()[:20]

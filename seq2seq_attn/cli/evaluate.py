@@ -165,6 +165,12 @@ def eval_command(
         metavar="LANG",
         help="With --task-ref: the references' language (default: the --model runs' target language).",
     ),
+    lowercase: bool = typer.Option(
+        False,
+        "--lowercase",
+        help="Case-insensitive BLEU and chrF (sacrebleu's -lc; the signatures say case:lc). On by itself "
+        "when a --model run writes lowercased text (data.tokenize: task).",
+    ),
 ) -> None:
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
     source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2). A --model
@@ -213,6 +219,7 @@ def eval_command(
         words_lang=words_lang,
         keep_in=output.parent if output is not None else None,
         decode=decode,
+        lowercase=lowercase,
     )
     typer.echo(write_report(evaluation.report, fmt.value if fmt else None, output, plot), nl=False)
     if html is not None:

@@ -195,8 +195,10 @@ class DataConfig:
     tokenize: str = option(
         "none",
         "'moses': Moses-tokenise the training text before cleaning and the vocabulary (the paper's words); "
-        "the model then tokenises what it reads and detokenises what it writes.",
-        choices=["none", "moses"],
+        "the model then tokenises what it reads and detokenises what it writes. 'task': as 'moses', the text "
+        "lowercased and punctuation-normalised first, as shared tasks such as Multi30k processed theirs: "
+        "the model writes lowercased text, scored case-insensitively.",
+        choices=["none", "moses", "task"],
     )
     clean: CleanConfig = section(CleanConfig, "Cleaning rules.")
 

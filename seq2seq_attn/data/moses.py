@@ -14,6 +14,10 @@ A tokenised BLEU counts the words of a `Pipeline` of the Moses scripts: the pape
 alone; a shared task's is often lowercase.perl, normalize-punctuation.perl and tokenizer.perl with its
 escaping (`&apos;`, `&quot;`), the processing of the task's official references (`task_pipeline`, e.g.
 Multi30k's `*.lc.norm.tok.*` files, which it reproduces line for line).
+
+`data.tokenize: task` trains on the text in that form (`text_pipeline`), as the shared tasks' systems
+did: lowercased and punctuation-normalised before the tokenizer, whose escaping alone is left out (a
+one-to-one map of six characters, which the task's BLEU applies when it scores).
 """
 
 from __future__ import annotations
@@ -59,10 +63,6 @@ def tokenize_line(line: str, lang: str, keep: Sequence[str] = (), escape: bool =
     return _tokenizer(lang).tokenize(line, escape=escape, return_str=True, protected_patterns=protected)
 
 
-def tokenize(lines: Iterable[str], lang: str, keep: Sequence[str] = ()) -> list[str]:
-    return [tokenize_line(line, lang, keep) for line in lines]
-
-
 def detokenize(line: str, lang: str) -> str:
     """Undo `tokenize_line` (detokenizer.perl -l LANG): "l' homme ," -> "l'homme,"."""
     return _detokenizer(lang).detokenize(line.split())
@@ -91,15 +91,16 @@ class Pipeline:
     normalize: bool = False
     escape: bool = False
 
-    def line(self, text: str) -> str:
+    def line(self, text: str, keep: Sequence[str] = ()) -> str:
+        """One line through the scripts; the strings in `keep` stay whole (`tokenize_line`)."""
         if self.lowercase:
             text = text.lower()
         if self.normalize:
             text = normalize_punctuation(text, self.lang)
-        return tokenize_line(text, self.lang, escape=self.escape)
+        return tokenize_line(text, self.lang, keep, escape=self.escape)
 
-    def __call__(self, lines: Iterable[str]) -> list[str]:
-        return [self.line(text) for text in lines]
+    def __call__(self, lines: Iterable[str], keep: Sequence[str] = ()) -> list[str]:
+        return [self.line(text, keep) for text in lines]
 
     def describe(self) -> str:
         """The steps for a score's signature: "moses-tokenizer:fr" (the paper's) or
@@ -114,3 +115,14 @@ def task_pipeline(lang: str) -> Pipeline:
     tokenised with escaping, as Multi30k's scripts/task1-tokenize.sh made its `*.lc.norm.tok.*` files,
     against which the WMT multimodal tasks scored BLEU."""
     return Pipeline(lang, lowercase=True, normalize=True, escape=True)
+
+
+def text_pipeline(scheme: str, lang: str) -> Pipeline:
+    """The processing that `data.tokenize: SCHEME` ("moses" or "task") gives a language's text: "moses"
+    the tokenizer alone (the paper's words); "task" the shared task's processing (`task_pipeline`) without
+    its escaping, so that sentencepiece sees the text's own characters."""
+    if scheme == "moses":
+        return Pipeline(lang)
+    if scheme == "task":
+        return Pipeline(lang, lowercase=True, normalize=True)
+    raise ValueError(f"no Moses processing for data.tokenize {scheme!r}")

@@ -6,9 +6,10 @@ way (a line-count mismatch in the test split, Ctrl-C, a full disk) leaves the pr
 file, the source, and the fingerprint of the inputs.
 
 With `data.tokenize: moses` the training split is Moses-tokenised before cleaning (data/moses.py), so the
-cleaning limits and the vocabulary count the paper's words. The dev and test splits keep the corpus'
-text: they are what the model is given and scored against, and the vocabulary tokenises them as it
-reads them (tokenisation is not idempotent, so no text is tokenised twice).
+cleaning limits and the vocabulary count the paper's words (`task`: lowercased and punctuation-normalised
+first, as a shared task's text). The dev and test splits keep the corpus' text: they are what the model is
+given and scored against, and the vocabulary tokenises them as it reads them (tokenisation is not
+idempotent, so no text is tokenised twice).
 
 The data folder's lock (io.py) is held while writing, and only then, so that trainings which find the
 data up to date can start side by side.
@@ -74,9 +75,9 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
             )
             cleaner = Cleaner(config.data.clean) if split in config.data.clean.splits else None
             pairs = progress(source.read(split), desc=f"prepare {split}", unit=" pairs", unit_scale=True)
-            tokenized = split == TOKENIZED_SPLIT and config.data.tokenize == "moses"
+            tokenized = split == TOKENIZED_SPLIT and config.data.tokenize != "none"
             if tokenized:
-                pairs = moses_pairs(pairs, config.data.src_lang, config.data.tgt_lang)
+                pairs = moses_pairs(pairs, config.data)
             counts = write_split(pairs, src_out, tgt_out, cleaner) | {"tokenized": tokenized}
             splits[split] = counts | source.found.get(split, {})
             check_not_empty(splits[split], split, source.origin(split))
@@ -99,10 +100,11 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
     return manifest
 
 
-def moses_pairs(pairs: Iterable[Pair], src_lang: str, tgt_lang: str) -> Iterator[Pair]:
-    """Each pair Moses-tokenised, the source in `src_lang` and the target in `tgt_lang`."""
+def moses_pairs(pairs: Iterable[Pair], data: DataConfig) -> Iterator[Pair]:
+    """Each pair Moses-processed as `data.tokenize` says, the source in its language, the target in its."""
+    src_text, tgt_text = (moses.text_pipeline(data.tokenize, lang) for lang in (data.src_lang, data.tgt_lang))
     for src, tgt in pairs:
-        yield moses.tokenize_line(src, src_lang), moses.tokenize_line(tgt, tgt_lang)
+        yield src_text.line(src), tgt_text.line(tgt)
 
 
 def write_split(pairs: Iterable[Pair], src_out: IO[str], tgt_out: IO[str], cleaner: Cleaner | None) -> dict:

@@ -12,7 +12,7 @@ weights; fairseq averages the probabilities instead). The mean is not a normalis
 hypothesis' score sums these means and is normalised by length as one model's is.
 
 What the models must share: the target vocabulary, since they score the same target ids: the same target
-pieces and, when the text is Moses-tokenised, the same target language (`side_fingerprint`); otherwise a
+pieces and, when the text is Moses-processed, the same processing (`side_fingerprint`); otherwise a
 one-line error names the runs. Architectures and sizes may differ (RNNsearch, Luong,
 RNNencdec). Sources may differ: when the runs' source vocabularies are not all one, each model reads the
 source through its own vocabulary, the search's source tensor holds one row of ids per model,
@@ -96,15 +96,15 @@ class Ensemble(nn.Module):
 
 def side_fingerprint(vocab: Vocab, side: str) -> str:
     """What fixes one side's ids, segmentation and text: its sentencepiece pieces with their scores, id by
-    id, the model type, and the language its text is Moses-tokenised in, if it is. Not the model file's
-    bytes (which `Vocab.fingerprint` hashes, for both sides at once): sentencepiece writes the paths it
-    trained on into the file, so one vocabulary trained in two data folders gives two files."""
+    id, the model type, and the Moses processing of its text (language and steps), if any. Not the model
+    file's bytes (which `Vocab.fingerprint` hashes, for both sides at once): sentencepiece writes the paths
+    it trained on into the file, so one vocabulary trained in two data folders gives two files."""
     index = SIDES.index(side)
     processor = spm.SentencePieceProcessor(model_file=str(vocab.model_files[0 if vocab.joint else index]))
     pieces = [
         f"{processor.id_to_piece(i)} {processor.get_score(i)}" for i in range(processor.get_piece_size())
     ]
-    language = vocab.moses_langs[index] if vocab.moses_langs else "untokenised"
+    language = vocab.text[index].describe() if vocab.text else "untokenised"
     return sha256_text("\n".join([vocab.model_type, language, *pieces]))
 
 

@@ -16,9 +16,10 @@ TOKENISED_PERIOD = " ."
 SACREBLEU_THRESHOLD = 100  # hypotheses ending in " ." from which sacrebleu warns
 
 
-def bleu_metric(references: Sequence[str]) -> BLEU:
-    """sacrebleu's default BLEU with `references` cached (one reference per sentence)."""
-    return BLEU(references=[list(references)], force=written_tokenised(references))
+def bleu_metric(references: Sequence[str], lowercase: bool = False) -> BLEU:
+    """sacrebleu's default BLEU with `references` cached (one reference per sentence); `lowercase`: case-
+    insensitive (sacrebleu -lc), for a model that writes lowercased text (`Vocab.lowercases`)."""
+    return BLEU(references=[list(references)], lowercase=lowercase, force=written_tokenised(references))
 
 
 def tokenised_bleu(references: Sequence[str]) -> BLEU:

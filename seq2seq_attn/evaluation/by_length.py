@@ -247,14 +247,17 @@ class TokenisedBleu:
 
 
 class Scorers:
-    """sacrebleu's metrics with the references cached: BLEU and chrF as sacrebleu computes them by default,
-    and each `TokenisedBleu` asked for (the paper's multi-bleu.perl setting, a shared task's metric)."""
+    """sacrebleu's metrics with the references cached: BLEU and chrF as sacrebleu computes them by default
+    (case-insensitive with `lowercase`), and each `TokenisedBleu` asked for (the paper's multi-bleu.perl
+    setting, a shared task's metric)."""
 
-    def __init__(self, references: Sequence[str], tokenised: Sequence[TokenisedBleu] = ()) -> None:
+    def __init__(
+        self, references: Sequence[str], tokenised: Sequence[TokenisedBleu] = (), lowercase: bool = False
+    ) -> None:
         self.tokenised = {spec.scorer: spec for spec in tokenised}
         self.metrics: dict[str, BLEU | CHRF] = {
-            "bleu": bleu_metric(references),
-            "chrf": CHRF(references=[list(references)]),
+            "bleu": bleu_metric(references, lowercase),
+            "chrf": CHRF(references=[list(references)], lowercase=lowercase),
         }
         for spec in tokenised:
             words = spec.words(references) if spec.references is None else spec.references
@@ -399,11 +402,13 @@ def evaluate(
     tokenised: Sequence[TokenisedBleu] = (),
     baseline: str | None = None,
     words_lang: str | None = None,
+    lowercase: bool = False,
 ) -> dict[str, Any]:
     """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
     length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
     returns the report (see top). `tokenised`: the tokenised BLEUs to report beside sacrebleu's;
-    `words_lang`: the bucketed side's language, for `eval.words: moses`."""
+    `words_lang`: the bucketed side's language, for `eval.words: moses`; `lowercase`: sacrebleu's BLEU
+    and chrF case-insensitive (their signatures say case:lc)."""
     config = config or EvalConfig()
     _check_inputs(systems, references, sources, references_path, sources_path)
     for spec in tokenised:
@@ -428,7 +433,7 @@ def evaluate(
 
     pairs = comparison_pairs([system.label for system in systems], baseline)
 
-    scorers = Scorers(references, tokenised)
+    scorers = Scorers(references, tokenised, lowercase)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     by_subset = [  # the stats each subset's rows read: a system's own, or its outputs for that subset
         [

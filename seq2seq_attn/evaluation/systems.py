@@ -209,6 +209,7 @@ def evaluate_runs(
     words_lang: str | None = None,
     keep_in: Path | None = None,
     decode: dict[str, Any] | None = None,
+    lowercase: bool = False,
 ) -> Evaluation:
     """Score `systems` and the trained `runs` ((runs, label) pairs: one run, or an ensemble's) against the
     references.
@@ -220,6 +221,8 @@ def evaluate_runs(
     (`eval.words: moses`) are in `words_lang`, or else in the first run's language of the bucketed side.
     `moses_lang` adds the paper's Moses BLEU in that language, `task_ref` a shared task's BLEU against
     that file of processed references, in `task_lang` (by default the first run's target language).
+    sacrebleu's BLEU and chrF are case-insensitive with `lowercase`, or when a run writes lowercased text
+    (`Vocab.lowercases`), so that every system of one report is scored alike.
     """
     from ..model.device import resolve_device
 
@@ -259,6 +262,7 @@ def evaluate_runs(
         ),
         baseline=baseline,
         words_lang=words_lang or bucketed_lang([run.config for run in translated], config.bucket_by),
+        lowercase=lowercase or any(run.vocab.lowercases for run in translated),
     )
     return Evaluation(report, systems, references, sources, translated)
 

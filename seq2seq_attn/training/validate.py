@@ -1,9 +1,10 @@
 """Validation during training: dev loss / perplexity by teacher forcing, and dev BLEU by decoding.
 
 BLEU is sacrebleu on detokenised text against the raw reference lines of `valid.tgt`, exactly as a user
-would score the final system, so the number that picks the best checkpoint is the number reported. The
-search is the decode section's at `train.valid_beam`, except that EOS is forced at the maximum length
-(`at_max_len: force_eos`), so that a validation of an early model takes no retries.
+would score the final system (case-insensitive for a model that writes lowercased text, as `seq2seq eval`
+scores it), so the number that picks the best checkpoint is the number reported. The search is the decode
+section's at `train.valid_beam`, except that EOS is forced at the maximum length (`at_max_len:
+force_eos`), so that a validation of an early model takes no retries.
 """
 
 from __future__ import annotations
@@ -63,4 +64,4 @@ def _dev_bleu(model, cache, count: int, config: Config, vocab: Vocab, device: to
     )
     hypotheses = translate_ids(model, sources, decode, device)
     texts = [vocab.decode_tgt(nbest[0].tokens) for nbest in hypotheses]
-    return bleu_metric(references).corpus_score(texts, None).score
+    return bleu_metric(references, vocab.lowercases).corpus_score(texts, None).score

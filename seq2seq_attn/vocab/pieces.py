@@ -16,6 +16,8 @@ run of unknown words into one <unk>), so each out-of-shortlist word is exactly o
 With `data.tokenize: moses` the training files are already Moses-tokenised (data/prepare.py), so the
 models learn the paper's words; the vocabulary records it in its manifest, tokenises every raw line it
 encodes and detokenises what it decodes, so the rest of the code, and the user, handle the corpus' text.
+`data.tokenize: task` does the same with a shared task's processing (lowercased, punctuation normalised,
+tokenised): what the model writes is then lowercased, detokenised text (`Vocab.lowercases`).
 """
 
 from __future__ import annotations
@@ -77,12 +79,12 @@ class Vocab:
         model_type: str,
         joint: bool,
         threads: int = 0,
-        moses_langs: tuple[str, str] | None = None,
+        text: tuple[moses.Pipeline, moses.Pipeline] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.model_type = model_type
         self.joint = joint
-        self.moses_langs = moses_langs  # (source, target) languages when the text is Moses-tokenised
+        self.text = text  # (source, target) Moses processing of the model's text, None: the corpus' own
         self.threads = resolve_threads(threads)
         self.model_files = [self.directory / f"{name}.model" for name in _model_names(joint)]
         for file in self.model_files:
@@ -103,8 +105,17 @@ class Vocab:
             raise UserError(f"{manifest}: no vocabulary manifest; run `seq2seq vocab CONFIG`")
         found = read_json(manifest)
         settings, text = found["config"], found.get("tokenize")
-        langs = (text["src_lang"], text["tgt_lang"]) if text else None
-        return cls(Path(vocab_dir), settings["type"], settings["joint"], threads, langs)
+        pipelines = None
+        if text:
+            src, tgt = (moses.text_pipeline(text["scheme"], text[f"{side}_lang"]) for side in SIDES)
+            pipelines = (src, tgt)
+        return cls(Path(vocab_dir), settings["type"], settings["joint"], threads, pipelines)
+
+    @property
+    def lowercases(self) -> bool:
+        """True when the model reads and writes lowercased text (`data.tokenize: task`): its output is
+        then scored case-insensitively."""
+        return self.text is not None and self.text[1].lowercase
 
     @property
     def src_size(self) -> int:
@@ -119,22 +130,22 @@ class Vocab:
         return self._fingerprint
 
     def encode_src(self, lines: Sequence[str], tokenized: bool = False) -> list[list[int]]:
-        """Ids of raw lines (Moses-tokenised first for a Moses vocabulary), or of `tokenized` lines."""
+        """Ids of raw lines (Moses-processed first for a Moses vocabulary), or of `tokenized` lines."""
         return self._encode("src", lines if tokenized else self.tokenize("src", lines))
 
     def encode_tgt(self, lines: Sequence[str], tokenized: bool = False) -> list[list[int]]:
         return self._encode("tgt", lines if tokenized else self.tokenize("tgt", lines))
 
     def tokenize(self, side: str, lines: Sequence[str]) -> Sequence[str]:
-        """`lines` as the model's text: Moses-tokenised for a Moses vocabulary, else unchanged."""
-        if self.moses_langs is None:
+        """`lines` as the model's text: Moses-processed for a Moses vocabulary, else unchanged."""
+        if self.text is None:
             return lines
         # "<unk>" in a model's own output stays one word when it is read back (scoring, rescoring)
-        return moses.tokenize(lines, self.moses_langs[SIDES.index(side)], keep=(UNK_SURFACE,))
+        return self.text[SIDES.index(side)](lines, keep=(UNK_SURFACE,))
 
     def detokenize(self, text: str) -> str:
         """The model's target text as the corpus writes it (undoes `tokenize`)."""
-        return moses.detokenize(text, self.moses_langs[1]) if self.moses_langs else text
+        return moses.detokenize(text, self.text[1].lang) if self.text else text
 
     def decode_tgt(self, ids: Sequence[int]) -> str:
         """Detokenised text; pad/bos/eos are dropped and unknown tokens show as `<unk>`."""
