@@ -91,11 +91,15 @@ def test_cleaning_counts_tokenized_words(tmp_path: Path) -> None:
     assert kept["none"] == 0 and kept["moses"] > 0
 
 
-@pytest.fixture(scope="module")
-def moses_vocab(tmp_path_factory: pytest.TempPathFactory):
-    config = moses_config(tmp_path_factory.mktemp("moses"))
+def prepared_vocab(config):
+    """The config with its data prepared and its vocabulary built."""
     prepare(config)
     return config, build_vocab(config)
+
+
+@pytest.fixture(scope="module")
+def moses_vocab(tmp_path_factory: pytest.TempPathFactory):
+    return prepared_vocab(moses_config(tmp_path_factory.mktemp("moses")))
 
 
 def test_the_vocabulary_tokenizes_raw_text_once(moses_vocab) -> None:
@@ -159,9 +163,7 @@ def task_config(tmp_path: Path):
 
 @pytest.fixture(scope="module")
 def task_vocab(tmp_path_factory: pytest.TempPathFactory):
-    config = task_config(tmp_path_factory.mktemp("task"))
-    prepare(config)
-    return config, build_vocab(config)
+    return prepared_vocab(task_config(tmp_path_factory.mktemp("task")))
 
 
 def test_the_task_form_trains_on_lowercased_normalised_tokenised_text(task_vocab) -> None:

@@ -105,10 +105,14 @@ class Vocab:
             raise UserError(f"{manifest}: no vocabulary manifest; run `seq2seq vocab CONFIG`")
         found = read_json(manifest)
         settings, text = found["config"], found.get("tokenize")
-        pipelines = None
-        if text:
-            src, tgt = (moses.text_pipeline(text["scheme"], text[f"{side}_lang"]) for side in SIDES)
-            pipelines = (src, tgt)
+        pipelines = (
+            (
+                moses.text_pipeline(text["scheme"], text["src_lang"]),
+                moses.text_pipeline(text["scheme"], text["tgt_lang"]),
+            )
+            if text
+            else None
+        )
         return cls(Path(vocab_dir), settings["type"], settings["joint"], threads, pipelines)
 
     @property
