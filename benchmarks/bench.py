@@ -72,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="folder with line-aligned {train,valid,test}.{SRC,TGT}[.gz] (default: synthetic)",
     )
+    add(
+        "--corpus-name",
+        help="what the report calls --corpus in its command, settings and headings (e.g. the docs' EN_FR), "
+        "so that a committed report names no local path (default: the folder's name, with the path as "
+        "given in the command and settings)",
+    )
     add("--src-lang", default="en", help="source file suffix in --corpus")
     add("--tgt-lang", default="fr", help="target file suffix in --corpus")
     add("--reps", type=int, help=f"repetitions (medians and min-max are reported; default {REPS})")
@@ -189,6 +195,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         _check_curves(parser, args)
     elif args.seeds is not None or args.add_seeds:
         parser.error("--seeds, --add-seeds: only with --curves")
+    if args.corpus_name and not args.corpus:
+        parser.error("--corpus-name: only with --corpus")
     args.reps = REPS if args.reps is None else args.reps
     args.budget = BUDGET_MIN if args.budget is None else args.budget
     args.toolkits = args.toolkits or ",".join(CURVES if args.curves else SIDE_BY_SIDE)
@@ -316,10 +324,11 @@ def set_up(args: argparse.Namespace, argv: list[str] | None) -> Bench:
     chosen = args.toolkits.split(",")
     toolkits: list[Toolkit] = []
     result: dict[str, Any] = {
-        "command": f"{PROG} " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "command": _command(args, sys.argv[1:] if argv is None else argv),
         "machine": machine,
         "settings": {
             **_jsonable(vars(args)),
+            "corpus": (args.corpus_name or _portable(args.corpus)) if args.corpus else None,
             "budget_min": args.budget,
             "device": device,
             "attention": settings.attention,
@@ -624,7 +633,7 @@ def score_by_length(
     if scored.returncode:
         return {"error": f"seq2seq eval failed (exit {scored.returncode}), see {scored.log}"}
     # the report is committed: the corpus folder by its placeholder, as in the command
-    name = "CORPUS" if args.corpus else "DATA"
+    name = (args.corpus_name or "CORPUS") if args.corpus else "DATA"
     write_text(report_path, report_path.read_text(encoding="utf-8").replace(str(corpus), name))
     command = shlex.join(["seq2seq", "eval", *systems, *options, *outputs])
     return {
@@ -741,13 +750,28 @@ def _environment(threads: int) -> dict[str, str]:
 
 
 def _corpus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    """Which corpus: its short id (the folder name, or synthetic), a description, and the pairs per split."""
-    identity = args.corpus.resolve().name if args.corpus else "synthetic"
-    name = f"{args.corpus} ({args.src_lang}-{args.tgt_lang})" if args.corpus else "synthetic (seq2seq_attn)"
+    """Which corpus: its short id (--corpus-name, the folder name, or synthetic), a description, and the
+    pairs per split."""
     pairs = {
         split: sum(1 for _ in read_lines(data_dir / f"{split}.src")) for split in ("train", "valid", "test")
     }
+    if not args.corpus:
+        return {"id": "synthetic", "name": "synthetic (seq2seq_attn)", "pairs": pairs}
+    identity = args.corpus_name or args.corpus.resolve().name
+    name = f"{args.corpus_name or args.corpus} ({args.src_lang}-{args.tgt_lang})"
     return {"id": identity, "name": name, "pairs": pairs}
+
+
+def _command(args: argparse.Namespace, argv: list[str]) -> str:
+    """The command as run; with --corpus-name, the --corpus folder written as that name."""
+    words = list(argv)
+    if args.corpus and args.corpus_name:
+        for i, word in enumerate(words):
+            if word.startswith("--corpus="):
+                words[i] = f"--corpus={args.corpus_name}"
+            elif i and words[i - 1] == "--corpus":
+                words[i] = args.corpus_name
+    return f"{PROG} " + shlex.join(words)
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from .report import portable
 ALL = "all"  # the eval report's row of every sentence
 LATE_S, LATE_SHARE = 30.0, 0.05  # a checkpoint this late (or this share of its point) misses its point
 # settings that may differ between sittings of one measurement (`earlier`): the seeds and where things go
-PER_SITTING = frozenset({"seeds", "out", "cache", "doc", "no_install", "add_seeds", "corpus"})
+PER_SITTING = frozenset({"seeds", "out", "cache", "doc", "no_install", "add_seeds", "corpus", "corpus_name"})
 
 
 def points(records: list[dict[str, Any]], minutes: list[float]) -> list[dict[str, Any]]:

@@ -770,6 +770,36 @@ def test_bad_toolkit_names_are_refused():
     assert bench.parse_args(["--toolkits", "ours", "--reps", "2"]).reps == 2
 
 
+def test_corpus_name_replaces_the_local_folder_in_the_command_settings_and_heading(tmp_path):
+    """A committed report names its corpus by --corpus-name (the docs' placeholder), not by this machine's
+    path; without it the folder's name is the id and the path stays as given."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 3), ("valid", 2), ("test", 1)):
+        (data / f"{split}.src").write_text("a\n" * n, encoding="utf-8")
+    corpus = tmp_path / "en_fr_1k"
+    argv = ["--corpus", str(corpus), "--corpus-name", "EN_FR_1K", "--reps", "1"]
+    named = bench.parse_args(argv)
+
+    assert (
+        bench._command(named, argv)
+        == "python -m benchmarks.bench --corpus EN_FR_1K --corpus-name EN_FR_1K --reps 1"
+    )
+    assert bench._command(named, [f"--corpus={corpus}"]).endswith(" --corpus=EN_FR_1K")
+    assert bench._corpus(named, data) == {
+        "id": "EN_FR_1K",
+        "name": "EN_FR_1K (en-fr)",
+        "pairs": {"train": 3, "valid": 2, "test": 1},
+    }
+    plain = bench.parse_args(argv[:2])
+    assert str(corpus) in bench._command(plain, argv[:2])
+    assert bench._corpus(plain, data)["id"] == "en_fr_1k"
+    assert bench._corpus(plain, data)["name"] == f"{corpus} (en-fr)"
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(["--corpus-name", "EN_FR_1K"])
+    assert stop.value.code == 2
+
+
 def test_a_peer_not_installed_with_no_install_says_how_to_install_it(tmp_path):
     peer = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, SETTINGS, "2.13.0")
     with pytest.raises(Skip, match="run without --no-install to pip-install it there"):
@@ -944,9 +974,11 @@ def test_search_ops_benchmark_times_each_operation_and_its_alternative(tmp_path,
     assert table.count("| top_candidates |") == 4 and table in capsys.readouterr().out
 
 
-def test_by_length_scores_every_toolkits_output_against_ours_and_the_report_shows_it(tmp_path):
+@pytest.mark.parametrize("corpus_name", [None, "EN_FR"])
+def test_by_length_scores_every_toolkits_output_against_ours_and_the_report_shows_it(tmp_path, corpus_name):
     """--by-length: each beam output copied next to the report, scored by `seq2seq eval --by-length` with
-    ours as the baseline of the paired test; the report gets the eval table and the re-scoring command."""
+    ours as the baseline of the paired test; the report gets the eval table and the re-scoring command,
+    which names the corpus folder CORPUS or its --corpus-name."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     sources = [" ".join(["word"] * n) + " ." for n in range(1, 41)]
@@ -961,7 +993,10 @@ def test_by_length_scores_every_toolkits_output_against_ours_and_the_report_show
         text.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
         label = "ours" if key == "ours" else "OpenNMT-py 3.5.1"
         result["toolkits"][key] = {"label": label, "runs": [{"rep": 0, "beam_text": str(text)}]}
-    args = bench.parse_args(["--corpus", str(corpus), "--reps", "1", "--by-length", "--toolkits", "ours"])
+    named = ["--corpus-name", corpus_name] if corpus_name else []
+    args = bench.parse_args(
+        ["--corpus", str(corpus), *named, "--reps", "1", "--by-length", "--toolkits", "ours"]
+    )
     args.doc, args.out = tmp_path / "results" / "quality.md", tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -977,8 +1012,10 @@ def test_by_length_scores_every_toolkits_output_against_ours_and_the_report_show
     assert versus["baseline"] == "ours" and len(versus["rows"]) == 1 + 7  # overall + 0-10 ... 60+
     filled = [row for row in versus["rows"] if row["count"]]  # 50-60 and 60+ are empty here
     assert len(filled) == 6 and all(row["delta"] < -50 and row["significant"] for row in filled)
-    assert scored["report"]["references"] == "CORPUS/test.fr"
-    assert scored["command"].startswith("seq2seq eval --hyp ") and "--ref CORPUS/test.fr" in scored["command"]
+    placeholder = corpus_name or "CORPUS"
+    assert scored["report"]["references"] == f"{placeholder}/test.fr"
+    assert scored["command"].startswith("seq2seq eval --hyp ")
+    assert f"--ref {placeholder}/test.fr" in scored["command"]
     assert "--baseline ours" in scored["command"] and str(tmp_path) not in scored["command"].replace(
         str(folder), ""
     )
