@@ -1239,6 +1239,7 @@ CHILD_WITH_CHECKPOINTS = """\
 import json, os, signal, sys, time
 log, started = os.environ["BENCH_SNAPSHOTS"], float(os.environ["BENCH_STARTED"])
 asked = []
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as launch.py does: SIGINT may come in ignored
 signal.signal(signal.SIGUSR1, lambda *_: asked.append(time.time() - started))
 try:
     while True:
