@@ -364,9 +364,10 @@ METHOD = f"""How it is measured:
   embeddings 128, and the same kind of attention score as our config's (additive: our `bahdanau`,
   OpenNMT-py's `mlp`, JoeyNMT's `bahdanau`; Luong's `general`: JoeyNMT's `luong`). OpenNMT-py (`opennmt`)
   trains with our config's optimiser, rate, clipping, loss normalisation and dropout before the output
-  layer; `opennmt-general` is its default model and recipe (`general` attention, SGD at 1, loss per
-  sentence, dropout 0.3) at our network's shape; JoeyNMT Adam 1e-3, clip 5, dropout 0.1. The toolkits
-  count sizes differently (OpenNMT-py's `brnn` splits 256 into 128 + 128): compare the parameter counts.
+  layer; `opennmt-general` is its default model and recipe (LSTM cells, `general` attention, SGD at 1,
+  loss per sentence, dropout 0.3) at our network's widths; JoeyNMT Adam 1e-3, clip 5, dropout 0.1. The
+  toolkits count sizes differently (OpenNMT-py's `brnn` splits 256 into 128 + 128): compare the parameter
+  counts.
 - Training throughput: target tokens/s (padding excluded, EOS included) as each toolkit logs it per interval,
   averaged over the same range of updates for every toolkit (cut to where the shortest run's log ends).
   Updates in the budget: those behind the checkpoint that is decoded, i.e. where training stopped.

@@ -10,7 +10,7 @@ Each peer lives in its own virtual environment under the cache folder, installed
 same torch version as ours (the recipes and pitfalls are in benchmarks/README.md); a peer that cannot be
 installed is skipped with the reason. OpenNMT-py runs as two systems from that one install: `opennmt`,
 matched to our model and training recipe (`Recipe`, from our config), and `opennmt-general`, its default
-`general` attention with input feeding and its own default recipe, at our network's shape.
+model (LSTM cells, `general` attention with input feeding) and its own default recipe, at our widths.
 
 Training runs either to the wall-clock budget, or (`bench --curves`) with a checkpoint asked for at each
 fixed point of training time (launcher/bench_snapshots.py hooks ours and OpenNMT-py; JoeyNMT has no hook).
@@ -82,6 +82,9 @@ class Recipe:
 
 # OpenNMT-py 3.5.1's defaults (`opts.py`), the recommended ones for SGD in its help (learning_rate: "sgd = 1")
 OPENNMT_DEFAULTS = Recipe(optimizer="sgd", learning_rate=1.0, clip=5.0, normalization="sents", dropout=0.3)
+# ... and its default cell (`rnn_type`), the one that recipe is tuned for: on GRU cells SGD at 1 diverges
+# (benchmarks/results/opennmt_recipe_check/)
+OPENNMT_DEFAULT_CELL = "lstm"
 
 
 def matched_recipe(model: ModelConfig, train: TrainConfig) -> Recipe:
@@ -114,7 +117,7 @@ class Settings:
     attention: str  # our model's `model.attention`; each peer gets its own name for that score
     opennmt_hidden: int = 256  # OpenNMT-py's hidden_size: its decoder's, split in two for its brnn encoder
     decode_steps: int = 0  # 0: outputs end at EOS; N: every output is exactly N pieces (EOS not before)
-    cell: str = "gru"  # our model.cell: OpenNMT-py's recurrent cell
+    cell: str = "gru"  # our model.cell: the matched OpenNMT-py's recurrent cell
     embed: int = 128  # our model.src_embed_dim: OpenNMT-py's embeddings
     recipe: Recipe = Recipe()  # our training recipe (matched_recipe), for the matched OpenNMT-py
     seed: int | None = None  # every toolkit's seed (--seeds); None: ours its config's, peers PEER_SEED
@@ -481,12 +484,16 @@ class OpenNMT(Peer):
     def recipe(self) -> Recipe:
         return self.settings.recipe
 
+    @property
+    def cell(self) -> str:
+        return self.settings.cell
+
     def recipe_text(self) -> dict[str, str]:
         s, r = self.settings, self.recipe
         workers, bucket = OPENNMT_LOADER["defaults" if s.default_loading else "tuned"]
         return {
             "recipe": self.recipe_label,
-            "network": f"{s.cell.upper()}, encoder {s.opennmt_hidden // 2} per direction, decoder "
+            "network": f"{self.cell.upper()}, encoder {s.opennmt_hidden // 2} per direction, decoder "
             f"{s.opennmt_hidden}, embeddings {s.embed}",
             "attention": f"{self.attention}, input feeding",
             "optimiser": f"{r.optimizer}, rate {r.learning_rate:g}",
@@ -524,7 +531,7 @@ class OpenNMT(Peer):
         values = {"RUN": folder / "model", "VOCAB": self.vocab_dir, "TGT_SEQ_LENGTH": s.max_len + 2}
         values |= {"SAVE_EVERY": 0 if snapshots else s.log_every, "KEEP": -1 if snapshots else 2}
         values |= {"GPU_RANKS": [0] if cuda else [], "DTYPE": "fp16" if cuda else "fp32"}
-        values |= {"ATTENTION": self.attention, "HIDDEN": s.opennmt_hidden, "CELL": s.cell.upper()}
+        values |= {"ATTENTION": self.attention, "HIDDEN": s.opennmt_hidden, "CELL": self.cell.upper()}
         values |= {"EMBED": s.embed}
         values |= {"OPTIM": recipe.optimizer, "LEARNING_RATE": recipe.learning_rate, "CLIP": recipe.clip}
         values |= {"NORMALIZATION": recipe.normalization, "DROPOUT": recipe.dropout}
@@ -580,9 +587,10 @@ class OpenNMT(Peer):
 
 
 class OpenNMTGeneral(OpenNMT):
-    """OpenNMT-py's default model (Luong's `general` attention with input feeding, as in every OpenNMT-py
-    RNN config) trained by its default recipe (`OPENNMT_DEFAULTS`), at our network's shape (cell, layers,
-    embeddings, widths) so that the comparison holds the arithmetic equal. Same install and vocabulary."""
+    """OpenNMT-py's default model (LSTM cells, Luong's `general` attention with input feeding, as in every
+    OpenNMT-py RNN config) trained by its default recipe (`OPENNMT_DEFAULTS`), at our network's layers,
+    embeddings and widths. The arithmetic is ours' when ours runs the same model (`configs/small_luong.yaml`
+    with `model.cell=lstm`). Same install and vocabulary."""
 
     key, label, log_format = "opennmt-general", "OpenNMT-py 3.5.1 (general, its defaults)", logs.OPENNMT
     recipe_label = "its defaults"
@@ -594,6 +602,10 @@ class OpenNMTGeneral(OpenNMT):
     @property
     def recipe(self) -> Recipe:
         return OPENNMT_DEFAULTS
+
+    @property
+    def cell(self) -> str:
+        return OPENNMT_DEFAULT_CELL
 
 
 PEERS: dict[str, type[Peer]] = {

@@ -1044,14 +1044,15 @@ def test_the_matched_peer_trains_with_our_recipe_and_the_general_one_with_its_de
     assert recipe == Recipe(
         optimizer="adam", learning_rate=1e-3, clip=5.0, normalization="tokens", dropout=0.1
     )
-    settings = dataclasses.replace(SETTINGS, recipe=recipe, cell="lstm", embed=64, opennmt_hidden=512)
+    settings = dataclasses.replace(SETTINGS, recipe=recipe, cell="gru", embed=64, opennmt_hidden=512)
     matched = OpenNMT(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
     general = OpenNMTGeneral(tmp_path / "cache", tmp_path / "peer-data", None, settings, "2.13.0")
     assert general.venv == matched.venv and general.vocab_dir == matched.vocab_dir  # one install
     ours, defaults = _opennmt_config(matched, tmp_path / "m"), _opennmt_config(general, tmp_path / "g")
-    for config_, attention in ((ours, "mlp"), (defaults, "general")):
+    # the matched peer takes our cell; the general one keeps its own (LSTM), which its recipe is tuned for
+    for config_, attention, cell in ((ours, "mlp", "GRU"), (defaults, "general", "LSTM")):
         assert config_["global_attention"] == attention and config_["input_feed"] == 1
-        assert (config_["rnn_type"], config_["word_vec_size"], config_["hidden_size"]) == ("LSTM", 64, 512)
+        assert (config_["rnn_type"], config_["word_vec_size"], config_["hidden_size"]) == (cell, 64, 512)
         assert config_["seed"] == 1234  # no seed asked for: the one the benchmark always gave
     assert (ours["optim"], ours["learning_rate"], ours["max_grad_norm"]) == ("adam", 0.001, 5.0)
     assert (ours["normalization"], ours["dropout"]) == ("tokens", [0.1])
@@ -1062,6 +1063,7 @@ def test_the_matched_peer_trains_with_our_recipe_and_the_general_one_with_its_de
         and general.recipe_text()["recipe"] == "its defaults"
     )
     assert general.recipe_text()["network"] == "LSTM, encoder 256 per direction, decoder 512, embeddings 64"
+    assert matched.recipe_text()["network"] == "GRU, encoder 256 per direction, decoder 512, embeddings 64"
 
     summed = load_config(ROOT / "configs/small_rnnsearch.yaml", ["train.loss_norm=batch"])
     plain_sum = dataclasses.replace(SETTINGS, recipe=matched_recipe(summed.model, summed.train))
