@@ -301,7 +301,7 @@ METHOD = """How it is measured:
 
 - One training per system and seed, from scratch, one at a time, systems alternating between seeds. At
   each point of training time the harness sends SIGUSR1; after the update in progress the system writes a
-  checkpoint in its own format (ours `model/snapshots/step_N.pt`, OpenNMT-py `model/gru_step_N.pt`) and
+  checkpoint in its own format (ours `model/snapshots/step_N.pt`, OpenNMT-py `model/model_step_N.pt`) and
   records the updates, the wall clock since its process started and the CPU seconds of its process and all
   its descendants (data-loader workers included) before the write, and what the write took. The next point
   is pushed back by that write, and later points' wall and CPU seconds leave it out: no checkpoint write

@@ -85,6 +85,8 @@ OPENNMT_DEFAULTS = Recipe(optimizer="sgd", learning_rate=1.0, clip=5.0, normaliz
 # ... and its default cell (`rnn_type`), the one that recipe is tuned for: on GRU cells SGD at 1 diverges
 # (benchmarks/results/opennmt_recipe_check/)
 OPENNMT_DEFAULT_CELL = "lstm"
+# its periodic checkpoints, `<save_model>_step_<updates>.pt`, with `save_model: <run>/model` (peers/)
+OPENNMT_CHECKPOINTS = "model_step_*.pt"
 
 
 def matched_recipe(model: ModelConfig, train: TrainConfig) -> Recipe:
@@ -553,18 +555,18 @@ class OpenNMT(Peer):
         last one written within the budget is what it had learnt by then."""
         if measured.deadline is None:
             return
-        for path in (folder / "model").glob("gru_step_*.pt"):
+        for path in (folder / "model").glob(OPENNMT_CHECKPOINTS):
             if path.stat().st_mtime > measured.deadline:
                 path.unlink()
 
     def checkpoint(self, folder: Path) -> Path | None:
-        """The newest complete `gru_step_N.pt` (an interrupt can cut the one being written)."""
-        saved = sorted((folder / "model").glob("gru_step_*.pt"), key=_step_of)
+        """The newest complete `model_step_N.pt` (an interrupt can cut the one being written)."""
+        saved = sorted((folder / "model").glob(OPENNMT_CHECKPOINTS), key=_step_of)
         complete = [path for path in saved if zipfile.is_zipfile(path)]
         return complete[-1] if complete else None
 
     def trained_steps(self, folder: Path) -> int | None:
-        """From the checkpoint's name, `gru_step_<updates>.pt`: it saves nothing on the interrupt, so the
+        """From the checkpoint's name, `model_step_<updates>.pt`: it saves nothing on the interrupt, so the
         updates it made after its last checkpoint within the budget are lost to it."""
         checkpoint = self.checkpoint(folder)
         return None if checkpoint is None else _step_of(checkpoint)

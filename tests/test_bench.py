@@ -72,7 +72,7 @@ OPENNMT_LOG = """\
 sents:    1600; bsz: 1234/1456/64; 2345/5432 tok/s;     16 sec;
 [2026-11-21 10:00:18,410 INFO] Step 50/1000000000; acc: 5.0; ppl: 401.0; xent: 6.0; lr: 0.00100; \
 sents:    1600; bsz: 1230/1450/64; 2400/ 5500.5 tok/s;     31 sec;
-[2026-11-21 10:00:27,700 INFO] Saving checkpoint /x/model/gru_step_50.pt
+[2026-11-21 10:00:27,700 INFO] Saving checkpoint /x/model/model_step_50.pt
 """
 JOEYNMT_LOG = """\
 2026-11-21 10:00:00,001 - INFO - joeynmt.model - Total params: 1873412
@@ -500,16 +500,16 @@ def test_opennmt_updates_and_checkpoints_after_the_budget_do_not_count(tmp_path)
     folder = tmp_path / "run"
     (folder / "model").mkdir(parents=True)
     for step, written in ((25, budget_end - 5), (50, budget_end + 5)):
-        path = folder / "model" / f"gru_step_{step}.pt"
+        path = folder / "model" / f"model_step_{step}.pt"
         with zipfile.ZipFile(path, "w") as archive:
             archive.writestr("data", "weights")
         os.utime(path, (written, written))
     peer = OpenNMT(tmp_path / "cache", tmp_path / "peer", None, SETTINGS, "2.13.0")
     measured = Measured(0, 12.0, 100.0, None, True, tmp_path / "train.log", deadline=budget_end)
     peer.discard_late(folder, measured)
-    assert peer.checkpoint(folder) == folder / "model" / "gru_step_25.pt"
+    assert peer.checkpoint(folder) == folder / "model" / "model_step_25.pt"
     assert peer.trained_steps(folder) == 25  # where its training stopped, as far as the decoded model goes
-    assert not (folder / "model" / "gru_step_50.pt").exists()
+    assert not (folder / "model" / "model_step_50.pt").exists()
 
 
 def test_updates_in_the_budget_are_those_of_the_decoded_checkpoint(tmp_path):
@@ -587,7 +587,7 @@ def test_peer_configs_are_complete_and_matched(peer, tmp_path):
         assert (config["batch_size"], config["report_every"], config["save_checkpoint_steps"]) == (64, 25, 25)
         assert (config["src_seq_length"], config["tgt_seq_length"]) == (100, 102)  # it counts BOS and EOS
         assert config["data"]["corpus_1"]["path_tgt"] == f"{tmp_path / 'peer-data'}/train.tgt"
-        assert config["save_model"] == f"{folder / 'model'}/gru"
+        assert config["save_model"] == f"{folder / 'model'}/model"
         assert (config["hidden_size"], config["word_vec_size"], config["gpu_ranks"]) == (256, 128, [])
         assert config["global_attention"] == "mlp"  # additive, as our bahdanau
 
@@ -598,7 +598,7 @@ def test_decoders_bound_outputs_by_the_same_ratio_to_the_source(tmp_path):
     peer_dir = _peer_dir(tmp_path)
     folder = tmp_path / "rep1"
     opennmt = OpenNMT(tmp_path / "cache", peer_dir, None, SETTINGS, "2.13.0")
-    argv = opennmt.decode_job(folder / "opennmt" / "model" / "gru_step_50.pt", 5, tmp_path / "o.txt").argv
+    argv = opennmt.decode_job(folder / "opennmt" / "model" / "model_step_50.pt", 5, tmp_path / "o.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))  # each argument -> the next
     assert float(options["-max_length_ratio"]) == 1.5 and int(options["-max_length"]) > 10**6
     ours = Ours(ROOT / "configs/small_rnnsearch.yaml", [], SETTINGS, tmp_path / "data")
@@ -619,7 +619,7 @@ def test_decode_steps_hold_every_toolkit_to_the_same_output_length(tmp_path):
     settings = dataclasses.replace(SETTINGS, decode_steps=30)
     folder = tmp_path / "rep1"
     opennmt = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, settings, "2.13.0")
-    argv = opennmt.decode_job(folder / "opennmt" / "model" / "gru_step_50.pt", 5, tmp_path / "o.txt").argv
+    argv = opennmt.decode_job(folder / "opennmt" / "model" / "model_step_50.pt", 5, tmp_path / "o.txt").argv
     options = dict(zip(argv, argv[1:], strict=False))
     assert (options["-min_length"], options["-max_length"], float(options["-max_length_ratio"])) == (
         "30",
@@ -1116,10 +1116,10 @@ def test_ours_for_a_curve_is_seeded_hooked_and_encodes_its_cache_inside_its_cloc
 def test_opennmt_decodes_through_its_own_translate_with_int8_and_counted_arithmetic(tmp_path):
     settings = dataclasses.replace(SETTINGS, int8=True)
     peer = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, settings, "2.13.0")
-    argv = peer.decode_job(tmp_path / "gru_step_9.pt", 5, tmp_path / "o.hyp").argv
+    argv = peer.decode_job(tmp_path / "model_step_9.pt", 5, tmp_path / "o.hyp").argv
     script = argv.index(str(OPENNMT_TRANSLATE))
     assert argv[script + 1 : script + 3] == ["--int8", "--count-macs"] and "-report_time" in argv
-    assert argv[argv.index("-model") + 1] == str(tmp_path / "gru_step_9.pt")
+    assert argv[argv.index("-model") + 1] == str(tmp_path / "model_step_9.pt")
     fp32 = OpenNMT(tmp_path / "cache", _peer_dir(tmp_path), None, SETTINGS, "2.13.0")
     assert "--int8" not in fp32.decode_job(tmp_path / "m.pt", 5, tmp_path / "o.hyp").argv
     with pytest.raises(Skip, match="no int8 search"):

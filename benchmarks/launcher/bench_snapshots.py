@@ -4,7 +4,7 @@
 sends SIGUSR1 at each fixed point of the curve; after the update in progress the toolkit writes a checkpoint
 in its own format, and one JSON line goes to the file named by $BENCH_SNAPSHOTS:
 
-    {"step": 1234, "checkpoint": ".../gru_step_1234.pt", "age_s": 600.4, "cpu_s": 1187.2,
+    {"step": 1234, "checkpoint": ".../model_step_1234.pt", "age_s": 600.4, "cpu_s": 1187.2,
      "save_s": 0.41, "save_cpu_s": 0.40}
 
 `age_s`: seconds since the harness started the process ($BENCH_STARTED, epoch seconds), taken before the
