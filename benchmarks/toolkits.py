@@ -85,8 +85,9 @@ OPENNMT_DEFAULTS = Recipe(optimizer="sgd", learning_rate=1.0, clip=5.0, normaliz
 # ... and its default cell (`rnn_type`), the one that recipe is tuned for: on GRU cells SGD at 1 diverges
 # (benchmarks/results/opennmt_recipe_check/)
 OPENNMT_DEFAULT_CELL = "lstm"
-# its periodic checkpoints, `<save_model>_step_<updates>.pt`, with `save_model: <run>/model` (peers/)
-OPENNMT_CHECKPOINTS = "model_step_*.pt"
+# its checkpoints' name (`save_model`): it writes them as `<name>_step_<updates>.pt`
+OPENNMT_SAVE_NAME = "model"
+OPENNMT_CHECKPOINTS = f"{OPENNMT_SAVE_NAME}_step_*.pt"
 
 
 def matched_recipe(model: ModelConfig, train: TrainConfig) -> Recipe:
@@ -530,7 +531,8 @@ class OpenNMT(Peer):
         s, recipe = self.settings, self.recipe
         cuda = s.device == "cuda"
         workers, bucket = OPENNMT_LOADER["defaults" if s.default_loading else "tuned"]
-        values = {"RUN": folder / "model", "VOCAB": self.vocab_dir, "TGT_SEQ_LENGTH": s.max_len + 2}
+        save_model = folder / "model" / OPENNMT_SAVE_NAME
+        values = {"SAVE_MODEL": save_model, "VOCAB": self.vocab_dir, "TGT_SEQ_LENGTH": s.max_len + 2}
         values |= {"SAVE_EVERY": 0 if snapshots else s.log_every, "KEEP": -1 if snapshots else 2}
         values |= {"GPU_RANKS": [0] if cuda else [], "DTYPE": "fp16" if cuda else "fp32"}
         values |= {"ATTENTION": self.attention, "HIDDEN": s.opennmt_hidden, "CELL": self.cell.upper()}
