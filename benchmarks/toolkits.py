@@ -557,15 +557,19 @@ class OpenNMT(Peer):
         last one written within the budget is what it had learnt by then."""
         if measured.deadline is None:
             return
-        for path in (folder / "model").glob(OPENNMT_CHECKPOINTS):
+        for path in self._saved(folder):
             if path.stat().st_mtime > measured.deadline:
                 path.unlink()
 
     def checkpoint(self, folder: Path) -> Path | None:
         """The newest complete `model_step_N.pt` (an interrupt can cut the one being written)."""
-        saved = sorted((folder / "model").glob(OPENNMT_CHECKPOINTS), key=_step_of)
-        complete = [path for path in saved if zipfile.is_zipfile(path)]
+        complete = [path for path in self._saved(folder) if zipfile.is_zipfile(path)]
         return complete[-1] if complete else None
+
+    @staticmethod
+    def _saved(folder: Path) -> list[Path]:
+        """The checkpoints it wrote in `folder`, oldest first."""
+        return sorted((folder / "model").glob(OPENNMT_CHECKPOINTS), key=_step_of)
 
     def trained_steps(self, folder: Path) -> int | None:
         """From the checkpoint's name, `model_step_<updates>.pt`: it saves nothing on the interrupt, so the
