@@ -91,7 +91,7 @@ def main() -> None:
     times["translate + evaluate"] = time.monotonic() - start
     report, test_src = reports[0][1], tests[0][1]  # the criteria and heat maps read the first test set
 
-    attention = next((c for c in configs if c.model.attention != "none"), None)
+    attention = next((c for c in configs if c.model.attends), None)
     if args.heatmaps and attention is not None:
         _heatmaps(attention, test_src, args.out / "attention", args.heatmaps)
 
@@ -216,8 +216,8 @@ def _bleu_by_bucket(report: dict, label: str) -> dict[str, float]:
 
 def attention_and_fixed(configs: list[Config], labels: list[str]) -> tuple[str, str]:
     """The labels of the first attention system (RNNsearch) and the first fixed-vector one (RNNencdec)."""
-    search = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention != "none")
-    encdec = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attention == "none")
+    search = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attends)
+    encdec = next(lab for c, lab in zip(configs, labels, strict=True) if not c.model.attends)
     return search, encdec
 
 

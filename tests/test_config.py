@@ -186,3 +186,9 @@ def test_every_key_is_documented():
 @pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_configs_validate(path):
     load_config(path)
+
+
+@pytest.mark.parametrize("attention", ["none", "bahdanau", "concat", "general", "dot"])
+def test_attends_is_every_attention_but_none(attention):
+    config = from_dict({"model": {"attention": attention}})
+    assert config.model.attends is (attention != "none")

@@ -293,6 +293,12 @@ class ModelConfig:
         choices=["paper", "pytorch"],
     )
 
+    @property
+    def attends(self) -> bool:
+        """Whether the decoder attends: every attention but `none` (the RNNencdec's fixed context), whose
+        weights are uniform and say nothing about alignment."""
+        return self.attention != "none"
+
 
 # ----------------------------------------------------------------------------------------------------------
 # training

@@ -115,7 +115,7 @@ def attending_models(configs: Sequence[Config], vocabs: Sequence[Vocab]) -> list
     found = [
         m
         for m, (config, vocab) in enumerate(zip(configs, vocabs, strict=True))
-        if config.model.attention != "none" and side_fingerprint(vocab, "src") == first
+        if config.model.attends and side_fingerprint(vocab, "src") == first
     ]
     return found or [0]
 

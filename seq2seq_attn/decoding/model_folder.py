@@ -271,7 +271,7 @@ def front_matter(config: Config) -> dict[str, Any]:
 
 def family(config: Config) -> str:
     """rnnsearch, rnnencdec (no attention) or luong."""
-    return "rnnencdec" if config.model.attention == "none" else config.model.decoder
+    return config.model.decoder if config.model.attends else "rnnencdec"
 
 
 def summary(config: Config) -> str:
@@ -309,7 +309,7 @@ def architecture(config: Config, model: nn.Module, vocab: Vocab) -> list[tuple[s
     return [
         ("encoder", f"{m.encoder_layers} x {direction}{m.cell}, {m.hidden_size} units per direction"),
         ("decoder", f"{m.decoder}, {m.decoder_layers} x {m.cell}, {m.decoder_hidden_size} units"),
-        ("attention", f"{m.attention}, {m.attention_dim} units" if m.attention != "none" else "none"),
+        ("attention", f"{m.attention}, {m.attention_dim} units" if m.attends else "none"),
         ("embeddings", f"source {m.src_embed_dim}, target {m.tgt_embed_dim}"),
         ("vocabulary", f"sentencepiece {config.vocab.type}, {vocab.src_size} / {vocab.tgt_size} pieces"),
         ("parameters", f"{count_parameters(model):,}"),

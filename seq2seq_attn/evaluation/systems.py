@@ -128,7 +128,7 @@ def translate_run(
 
 def loaded_attends(loaded: Runs) -> bool:
     """Whether a loaded run (or any run of an ensemble) has attention: RNNencdec's is uniform, not read."""
-    return any(config.model.attention != "none" for config in loaded.configs)
+    return any(config.model.attends for config in loaded.configs)
 
 
 def sentence_attention(translator: Translator, translation: Translation) -> SentenceAttention | None:
@@ -347,7 +347,7 @@ def write_html(path: Path, evaluation: Evaluation, alignment: dict[str, Any] | N
     heatmaps = [
         heatmap
         for run in evaluation.translated
-        if run.config.model.attention != "none" and sources
+        if run.config.model.attends and sources
         for heatmap in attention_heatmaps(run, sources, lines)
     ]
     page = render_html(

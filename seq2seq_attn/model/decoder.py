@@ -48,8 +48,8 @@ class InitialState(nn.Module):
 
     def __init__(self, cfg: ModelConfig, annotation_size: int, feed_size: int) -> None:
         super().__init__()
-        self.source_size = annotation_size if cfg.attention == "none" else cfg.hidden_size
-        self.use_context = cfg.attention == "none"
+        self.source_size = cfg.hidden_size if cfg.attends else annotation_size
+        self.use_context = not cfg.attends
         self.layers = cfg.decoder_layers
         self.hidden_size = cfg.decoder_hidden_size
         self.proj = nn.Linear(self.source_size, self.layers * self.hidden_size)  # W_s
@@ -89,6 +89,7 @@ class RNNSearchDecoder(nn.Module):
         super().__init__()
         emb, hid, maxout = cfg.tgt_embed_dim, cfg.decoder_hidden_size, cfg.maxout_dim
         self.update_first = cfg.decoder_step == "update_then_attend"
+        self.attends = cfg.attends
         self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)  # E
         self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim, cfg.fixed_context)
         self.init = InitialState(cfg, annotation_size, feed_size=0)
@@ -102,7 +103,7 @@ class RNNSearchDecoder(nn.Module):
         """Features t_i (batch, steps, maxout), the state after the last step and the attention weights
         (batch, steps, src_len) for the inputs y_0 .. y_{T-1} (batch, steps), y_0 = <bos>."""
         embedded = self.dropout_embed(self.embed(tgt_in))  # E y_{i-1}: (batch, steps, emb)
-        if self.attention.kind == "none":
+        if not self.attends:  # RNNencdec
             states, contexts, weights, new_state = self._fixed_context(enc, state, embedded)
         else:  # W E y_{i-1} + b for every i: (batch, steps, gates)
             static_gates = self.rnn.static_gates(self.embed, tgt_in, embedded)

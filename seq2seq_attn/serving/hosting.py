@@ -124,7 +124,7 @@ class HostedModel:
             "beam_size": decode.beam_size,
             "precision": decode.precision,
             "lexical_shortlist": decode.lexical_shortlist,
-            "attention": self.model.config.model.attention != "none",
+            "attention": self.model.config.model.attends,
         }
 
     def card(self) -> dict[str, Any]:
