@@ -57,7 +57,8 @@ def outputs(model: torch.nn.Module) -> dict:
     model.zero_grad()
     loss = model(src, lengths, tgt_in, tgt_out)
     loss.backward()
-    norm = math.sqrt(sum(float(p.grad.double().pow(2).sum()) for p in model.parameters() if p.grad is not None))
+    grads = [p.grad.double() for p in model.parameters() if p.grad is not None]
+    norm = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
     model.eval()
     found = {"loss": loss.item(), "grad_norm": norm}
     for name, beam in SEARCHES.items():
