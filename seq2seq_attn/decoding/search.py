@@ -30,7 +30,10 @@ coverage penalty of the same equation, cp = beta * sum_j log(min(c_j, 1)): c_j, 
 hypothesis' steps (its EOS included) paid source piece j (the source EOS not counted), so a translation
 that leaves source pieces unattended scores lower (c_j is floored at COVERAGE_FLOOR, so an unattended
 piece costs beta * log(COVERAGE_FLOOR), not minus infinity). cp <= 0, so it lowers no bound
-(`score_bound`).
+(`score_bound`). The search keeps these sums itself (`Beams.attended`), from the weights the model
+returns; a model with a coverage model of its own (`model.coverage`, model/coverage.py) keeps its
+coverage vectors in its decoder state, which steer those weights. The two combine: the penalty rescores
+whatever attention the model paid, steered or not.
 
 Batch invariance: nothing in a sentence's search reads another sentence's rows: constraints, top-k,
 stopping and scores are per row; padding is masked by the model. Within a sentence, ties in top-k are
@@ -184,7 +187,7 @@ class Beams:
     log_p: Tensor  # (sentences, k) log p of each open hypothesis; -inf marks an empty slot
     tokens: Tensor  # (rows, step) the hypotheses so far
     history: Tensor | None  # (rows, step, src_len) their attention, when asked for
-    coverage: Tensor | None  # (rows, src_len) their attention summed over the steps, for a coverage penalty
+    attended: Tensor | None  # (rows, src_len) their attention summed over the steps, for the coverage penalty
     y_prev: Tensor  # (rows,) the last token of each hypothesis
     max_len_rows: Tensor  # (rows,) each row's maximum output length
     min_len_rows: Tensor  # (rows,) each row's minimum output length
@@ -222,14 +225,14 @@ def beam_search(
     max_lens = [max_output_length(n, cfg) for n in src_lens]
     min_lens = [min_output_length(n, cfg) for n in src_lens]
     forbidden = FORBIDDEN + ((UNK_ID,) if cfg.no_unk else ())
-    coverage = cfg.coverage_penalty > 0
+    penalised = cfg.coverage_penalty > 0  # keep `Beams.attended`
     beams = start(
-        model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention, coverage
+        model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention, penalised
     )
     step = 0
     while beams.alive:
         step_log_probs, beams.state, attention = model.step(beams.enc, beams.state, beams.y_prev)
-        attention = attention.float() if with_attention or coverage else None  # (rows, src_len)
+        attention = attention.float() if with_attention or penalised else None  # (rows, src_len)
         top = best_continuations(beams, step_log_probs.float(), step, max_lens, min_lens, cfg)
         record_finished(beams, top, attention, src_lens, cfg)
         top = drop_done(beams, top, step, max_lens, cfg)
@@ -275,10 +278,10 @@ def start(
     min_lens: list[int],
     forbidden: tuple[int, ...],
     with_attention: bool,
-    coverage: bool = False,
+    attended: bool = False,
 ) -> Beams:
     """Encode the batch once and open one hypothesis (BOS) per sentence; keep each row's attention
-    (`with_attention`) and its running sum (`coverage`) when asked for.
+    (`with_attention`) and its running sum (`attended`) when asked for.
 
     Only one slot of each sentence is open at the start, so that the k copies of BOS do not produce k
     identical hypotheses.
@@ -295,7 +298,7 @@ def start(
         log_p=log_p,
         tokens=torch.empty((batch * k, 0), dtype=torch.long, device=device),
         history=src.new_zeros((batch * k, 0, src.size(-1)), dtype=torch.float) if with_attention else None,
-        coverage=src.new_zeros((batch * k, src.size(-1)), dtype=torch.float) if coverage else None,
+        attended=src.new_zeros((batch * k, src.size(-1)), dtype=torch.float) if attended else None,
         y_prev=torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device),
         max_len_rows=torch.tensor(max_lens, device=device).repeat_interleave(k),
         min_len_rows=torch.tensor(min_lens, device=device).repeat_interleave(k),
@@ -391,8 +394,8 @@ def record_finished(
             columns = src_lens[sentence] + 1  # the source pieces and its EOS
             weights = torch.cat([beams.history[row], attention[row : row + 1]])[:, :columns].cpu().numpy()
         score = lp / length_penalty(len(words) + 1, cfg.length_penalty, cfg.alpha)
-        if beams.coverage is not None:  # this step's attention (the EOS's) counts too
-            covered = beams.coverage[row] + attention[row]
+        if beams.attended is not None:  # this step's attention (the EOS's) counts too
+            covered = beams.attended[row] + attention[row]
             score += coverage_penalty(covered, src_lens[sentence], cfg.coverage_penalty)
         beams.finished[sentence].append(Hypothesis(words, score, lp, weights))
     beams.log_p = top.log_p.masked_fill(~top.open, NEG_INF)
@@ -434,8 +437,8 @@ def advance(beams: Beams, top: Candidates, attention: Tensor | None) -> None:
         beams.history = torch.cat(
             [beams.history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], dim=1
         )
-    if beams.coverage is not None:
-        beams.coverage = (beams.coverage + attention).index_select(0, rows)
+    if beams.attended is not None:
+        beams.attended = (beams.attended + attention).index_select(0, rows)
 
 
 def constrain_(
