@@ -29,8 +29,10 @@ from torch import nn
 from seq2seq_attn.config import Config, DecodeConfig, ModelConfig, from_dict, load_config, to_dict
 from seq2seq_attn.decoding.run_folder import checkpoint_dir, load_trained, point_best
 from seq2seq_attn.decoding.search import beam_search, translate_ids
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import DecoderState, EncoderOutput, build_model, fused
 from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq_attn.model.seq2seq import check_model_config
 from seq2seq_attn.vocab.pieces import build_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,11 +81,25 @@ def write_tiny_config(path: Path, root: str | None = None, **sections: object) -
 
 # the model variants by name: ENCODERS x ATTENTIONS x DECODERS
 ATTENTIONS = ["none", "bahdanau", "dot", "general", "concat"]
-DECODERS = {  # (decoder, input_feeding, decoder_step)
-    "rnnsearch": ("rnnsearch", True, "attend_then_update"),
-    "rnnsearch-uta": ("rnnsearch", True, "update_then_attend"),
-    "luong-feed": ("luong", True, "attend_then_update"),
-    "luong-nofeed": ("luong", False, "attend_then_update"),
+DECODERS = {  # name: the model keys that make it
+    "rnnsearch": {"decoder": "rnnsearch", "decoder_step": "attend_then_update"},
+    "rnnsearch-uta": {"decoder": "rnnsearch", "decoder_step": "update_then_attend"},
+    "rnnsearch-cgru": {"decoder": "rnnsearch", "decoder_step": "conditional"},
+    "rnnsearch-coverage-linguistic": {"decoder": "rnnsearch", "coverage": "linguistic"},
+    "rnnsearch-uta-coverage-neural": {
+        "decoder": "rnnsearch",
+        "decoder_step": "update_then_attend",
+        "coverage": "neural",
+        "coverage_dim": 3,
+    },
+    "rnnsearch-cgru-coverage-neural": {
+        "decoder": "rnnsearch",
+        "decoder_step": "conditional",
+        "coverage": "neural",
+        "coverage_dim": 3,
+    },
+    "luong-feed": {"decoder": "luong", "input_feeding": True},
+    "luong-nofeed": {"decoder": "luong", "input_feeding": False},
 }
 ENCODERS = {  # (cell, bidirectional, layers)
     f"{cell}-{'bi' if bi else 'uni'}-{layers}": (cell, bi, layers)
@@ -98,10 +114,8 @@ def tiny_model_config(
     and a decoder state size unlike the encoder's (a third size to catch mix-ups; dot attention needs the
     decoder state to match the annotations); `model` overrides any key."""
     cell, bidirectional, layers = ENCODERS[encoder]
-    kind, feeding, step = DECODERS[decoder]
     annotation = TINY_MODEL["hidden_size"] * (2 if bidirectional else 1)
     variant = {
-        "decoder": kind,
         "attention": attention,
         "cell": cell,
         "decoder_hidden_size": annotation if attention == "dot" else 24,
@@ -110,10 +124,24 @@ def tiny_model_config(
         "bidirectional": bidirectional,
         "attention_dim": 12,
         "maxout_dim": 10,
-        "input_feeding": feeding,
-        "decoder_step": step,
+        **DECODERS[decoder],
     }
     return tiny_config(model={**variant, **model}).model
+
+
+def variant_exists(encoder: str, attention: str, decoder: str) -> bool:
+    """Whether `build_model` accepts this named variant (a coverage model needs additive attention, the
+    conditional GRU one GRU layer, ...)."""
+    try:
+        check_model_config(tiny_model_config(encoder, attention, decoder))
+    except UserError:
+        return False
+    return True
+
+
+def variants(encoders: object, attentions: object, decoders: object) -> list[tuple[str, str, str]]:
+    """Every (encoder, attention, decoder) of the product of those names that `variant_exists`."""
+    return [v for v in itertools.product(encoders, attentions, decoders) if variant_exists(*v)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -141,10 +169,17 @@ def batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 SEARCH_VOCAB = 30  # source and target vocabulary of `random_model`
-SEARCH_FAMILIES = [  # a GRU RNNsearch, an LSTM Luong decoder, the RNNencdec
+SEARCH_FAMILIES = [  # a GRU RNNsearch, an LSTM Luong decoder, the RNNencdec, a conditional GRU with coverage
     {"decoder": "rnnsearch", "attention": "bahdanau", "cell": "gru"},
     {"decoder": "luong", "attention": "general", "cell": "lstm"},
     {"decoder": "rnnsearch", "attention": "none", "cell": "gru"},
+    {
+        "decoder": "rnnsearch",
+        "attention": "bahdanau",
+        "cell": "gru",
+        "decoder_step": "conditional",
+        "coverage": "neural",
+    },
 ]
 
 

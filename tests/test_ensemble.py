@@ -35,7 +35,7 @@ from seq2seq_attn.errors import UserError
 from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 
 DECODE = DecodeConfig(beam_size=3, nbest=3, precision="fp32")
-FAMILIES = dict(zip(["rnnsearch", "luong", "rnnencdec"], SEARCH_FAMILIES, strict=True))
+FAMILIES = dict(zip(["rnnsearch", "luong", "rnnencdec", "cgru-coverage"], SEARCH_FAMILIES, strict=True))
 LINES = b"the cat sat on the mat\n\na big red dog ran to the house\nna\xc3\xafve cat\n"
 LONG_LINE = "the naïve cat sat on the big red mat"
 

@@ -532,7 +532,7 @@ def test_search_reads_the_input_gates_from_a_table_with_the_same_result(family, 
 def _search_models() -> dict[str, nn.Module]:
     """Every class search calls, and their int8 copies: one model of each family, an ensemble of them, a
     shortlisted model, each as built and as `decode.precision: int8` copies it."""
-    models = {f"{f['decoder']}-{f['attention']}-{f['cell']}": random_model(**f) for f in FAMILIES}
+    models = {"-".join(map(str, f.values())): random_model(**f) for f in FAMILIES}
     first = next(iter(models.values()))
     table = LexicalTable(
         np.tile(np.arange(4, 12, dtype=np.int32), (VOCAB, 1)), np.arange(4, 8, dtype=np.int32)

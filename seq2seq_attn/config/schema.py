@@ -263,8 +263,30 @@ class ModelConfig:
         "first reads y_{i-1} with the previous context c_{i-1}, then queries attention and feeds the "
         "deep output. attend_then_update (Appendix A.2.2): s_{i-1} queries attention and feeds the deep "
         "output, then s_i = f(s_{i-1}, y_{i-1}, c_i), so the state that predicts y_i has not read "
-        "y_{i-1}. The default won on real data at equal updates (docs/RESULTS.md, section 4).",
-        choices=["attend_then_update", "update_then_attend"],
+        "y_{i-1}. The default won on real data at equal updates (docs/RESULTS.md, section 4). "
+        "conditional: the conditional GRU of Nematus (Sennrich et al. 2017, sec. 2): s'_i = "
+        "GRU_1(y_{i-1}, s_{i-1}) queries attention, then s_i = GRU_2(c_i, s'_i) feeds the deep output; "
+        "one-layer GRU decoders with attention only.",
+        choices=["attend_then_update", "update_then_attend", "conditional"],
+    )
+    coverage: str = option(
+        "none",
+        "Coverage model of the attention (Tu et al. 2016, sec. 3; rnnsearch with bahdanau or concat "
+        "attention): a vector C_j per source word, fed into the score, e_ij = v_a^T tanh(W_a s + U_a h_j "
+        "+ V_a C_{i-1,j}), so that attention knows what it has already translated. linguistic: C_j sums "
+        "the attention j received over its fertility Phi_j = max_fertility * sigmoid(U_f h_j); neural: a "
+        "GRU of coverage_dim units per source word reads alpha_ij, h_j and the query state. Not "
+        "decode.coverage_penalty, which rescores finished hypotheses by the attention they paid.",
+        choices=["none", "linguistic", "neural"],
+    )
+    coverage_dim: int = option(
+        10, "Units of the neural coverage vector per source word (Tu et al. 2016: 10).", ge=1
+    )
+    max_fertility: float = option(
+        2.0,
+        "N in the linguistic coverage's fertility Phi_j = N sigmoid(U_f h_j): the most target words one "
+        "source word is expected to produce (Tu et al. 2016: 2).",
+        gt=0,
     )
     fixed_context: str = option(
         "projected",
@@ -465,7 +487,9 @@ class DecodeConfig:
         0.0,
         "beta of the coverage penalty of Wu et al. 2016 (eq. 14): a finished hypothesis' score gains beta * "
         "sum_j log(min(c_j, 1)), c_j the attention its steps paid source piece j, so translations that "
-        "leave source pieces unattended rank lower (0: off). Needs attention (RNNencdec's is uniform).",
+        "leave source pieces unattended rank lower (0: off). Needs attention (RNNencdec's is uniform). It "
+        "reads the attention weights whatever made them: with a coverage model (model.coverage) it "
+        "rescores the attention that model steered.",
         ge=0,
         short="Coverage penalty beta (Wu et al. 2016), 0 off: ranks lower the translations that leave "
         "source pieces unattended.",

@@ -2,6 +2,8 @@
 
 One module, one interface, selected by `model.attention`:
 - `bahdanau` (additive, Bahdanau et al. 2014, eq. 6 and Appendix A.1.2): e_ij = v_a^T tanh(W_a s + U_a h_j).
+  With a coverage model (coverage.py, Tu et al. 2016) a third term reads each word's coverage:
+  e_ij = v_a^T tanh(W_a s + U_a h_j + V_a C_{i-1,j}).
 - `concat` (Luong et al. 2015, eq. 8): v_a^T tanh(W_a [h_t ; h_j]), the same additive score written with
   one matrix over the concatenation, so it shares `bahdanau`'s code (W_a [h_t ; h_j] = W_1 h_t + W_2 h_j).
 - `general` (Luong): h_t^T W_a h_j.   `dot` (Luong): h_t^T h_j (query and annotation sizes must match).
@@ -44,9 +46,12 @@ class Attention(nn.Module):
         annotation_size: int,
         attention_dim: int,
         fixed_context: str = "projected",
+        coverage_size: int = 0,
     ) -> None:
         super().__init__()
         self.kind = kind
+        # V_a, for an additive score that reads a coverage vector of `coverage_size` units per source word
+        self.coverage_proj = nn.Linear(coverage_size, attention_dim, bias=False) if coverage_size else None
         self.compiled = False  # run the additive score's elementwise work compiled, see `kernel`
         if kind == "none":  # V in c = tanh(V h_T); none for c = h_T
             projected = fixed_context == "projected"
@@ -78,20 +83,26 @@ class Attention(nn.Module):
             return annotations, None
         return self.key_proj(annotations), None
 
-    def forward(self, query: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+    def forward(
+        self, query: Tensor, enc: EncoderOutput, coverage: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
         """Contexts (rows, steps, annotation_size) and weights (rows, steps, src_len) for queries
         (rows, steps, query_size): one row per decoder step, all steps at once when they are known.
 
         rows is the batch, or a multiple of it: in beam search each sentence's k consecutive rows are its
         beams, and they read the sentence's annotations and keys as k more queries, so those are stored and
-        read once per sentence rather than once per beam.
+        read once per sentence rather than once per beam. A coverage model's C_{i-1} (rows, src_len, size)
+        is per row, for one step at a time (steps = 1).
         """
         rows, steps = query.shape[:2]
-        query = query.reshape(enc.mask.size(0), -1, query.size(-1))  # (batch, beams * steps, query_size)
-        context, weights = self._attend(query, enc)
+        batch = enc.mask.size(0)
+        query = query.reshape(batch, -1, query.size(-1))  # (batch, beams * steps, query_size)
+        if coverage is not None:  # V_a C_{i-1,j}: (batch, beams, src_len, dim)
+            coverage = self.coverage_proj(coverage).view(batch, query.size(1), coverage.size(1), -1)
+        context, weights = self._attend(query, enc, coverage)
         return context.reshape(rows, steps, -1), weights.reshape(rows, steps, -1)
 
-    def _attend(self, query: Tensor, enc: EncoderOutput) -> tuple[Tensor, Tensor]:
+    def _attend(self, query: Tensor, enc: EncoderOutput, coverage: Tensor | None) -> tuple[Tensor, Tensor]:
         """forward's work for queries (batch, queries, query_size) of the batch's own sentences."""
         if self.kind == "none":
             queries = query.size(1)
@@ -104,7 +115,8 @@ class Attention(nn.Module):
             query = query.to(dtype)
             if self.kind in ADDITIVE:
                 attend = kernel(additive_attention, self.compiled)
-                return attend(query, enc.keys, self.v.to(dtype), enc.mask, enc.annotations)
+                coverage = None if coverage is None else coverage.to(dtype)
+                return attend(query, enc.keys, self.v.to(dtype), enc.mask, enc.annotations, coverage)
             return dot_attention(query, enc.keys, enc.mask, enc.annotations)  # dot, general
 
 
@@ -141,12 +153,12 @@ def separate_kernel_cache() -> None:
 
 
 def additive_attention(
-    query: Tensor, keys: Tensor, v: Tensor, mask: Tensor, annotations: Tensor
+    query: Tensor, keys: Tensor, v: Tensor, mask: Tensor, annotations: Tensor, coverage: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
     """Contexts (batch, queries, annotation) and weights (batch, queries, src_len) of the additive score
-    for projected queries W_a s (batch, queries, dim), all in the annotations' dtype (the weights in fp32
-    at least)."""
-    return weighted_sum(masked_softmax(additive_scores(query, keys, v), mask), annotations)
+    for projected queries W_a s (batch, queries, dim) and, with a coverage model, V_a C (batch, queries,
+    src_len, dim); all in the annotations' dtype (the weights in fp32 at least)."""
+    return weighted_sum(masked_softmax(additive_scores(query, keys, v, coverage), mask), annotations)
 
 
 def dot_attention(query: Tensor, keys: Tensor, mask: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
@@ -160,20 +172,24 @@ def weighted_sum(weights: Tensor, annotations: Tensor) -> tuple[Tensor, Tensor]:
     return torch.bmm(weights.to(annotations.dtype), annotations), weights
 
 
-def additive_scores(query: Tensor, keys: Tensor, v: Tensor) -> Tensor:
-    """e_ij = v_a^T tanh(W_a s_i + U_a h_j) (eq. 6) for projected queries W_a s (batch, queries, dim) and
-    keys U_a h_j + b (batch, src_len, dim): (batch, queries, src_len)."""
-    return 2 * (additive_half(query, keys) @ v) - v.sum()
+def additive_scores(query: Tensor, keys: Tensor, v: Tensor, coverage: Tensor | None = None) -> Tensor:
+    """e_ij = v_a^T tanh(W_a s_i + U_a h_j [+ V_a C_{i-1,j}]) (eq. 6; Tu et al. 2016) for projected queries
+    W_a s (batch, queries, dim), keys U_a h_j + b (batch, src_len, dim) and coverage terms V_a C (batch,
+    queries, src_len, dim) or None: (batch, queries, src_len)."""
+    return 2 * (additive_half(query, keys, coverage) @ v) - v.sum()
 
 
-def additive_half(query: Tensor, keys: Tensor) -> Tensor:
-    """sigma_ij = (1 + tanh(W_a s_i + U_a h_j)) / 2 = sigmoid(2 (W_a s_i + U_a h_j)), (batch, queries,
+def additive_half(query: Tensor, keys: Tensor, coverage: Tensor | None = None) -> Tensor:
+    """sigma_ij = (1 + tanh(W_a s_i + U_a h_j [+ V_a C_{i-1,j}])) / 2 = sigmoid(2 (...)), (batch, queries,
     src_len, dim), so that e_ij = 2 v_a . sigma_ij - sum v_a.
 
     Written with tanh(x) = 2 sigmoid(2x) - 1: the same numbers, but PyTorch's CPU sigmoid is several times
     faster than its tanh, and this is the largest elementwise operation of training and search.
     """
-    return torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2).sigmoid_()
+    total = torch.add(2 * query.unsqueeze(2), keys.unsqueeze(1), alpha=2)
+    if coverage is not None:
+        total.add_(coverage, alpha=2)
+    return total.sigmoid_()
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ layer and the vocabulary projection for all steps after it. When the recurrence 
 (RNNencdec, Luong without input feeding) there is no Python loop at all: one cuDNN call runs all steps.
 When training with a one-layer GRU (RNNsearch with additive attention, Luong input feeding with `general`
 or `dot`), the loop is one autograd Function with a hand-written backward (fused.py); search, and every other
-configuration, run it step by step.
+configuration (a coverage model and the conditional GRU among them), run it step by step.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from ..config import ModelConfig
 from ..vocab.pieces import PAD_ID
 from . import fused
 from .attention import ADDITIVE, Attention
-from .recurrent import RecurrentStack
+from .coverage import Coverage
+from .recurrent import LayerWeights, RecurrentStack
 from .states import DecoderState, EncoderOutput
 
 # The pre-output features (batch, steps, pre_output) that `output` (after `dropout_output`) projects onto the
@@ -43,10 +44,12 @@ class InitialState(nn.Module):
     bwd h_1 is the backward RNN's state after reading the whole sentence; with a unidirectional encoder the
     forward RNN's last state fwd h_T plays that role. With attention `none` the source is the fixed context
     instead: s_0 = tanh(W_s c) as in Cho et al. 2014 (h'_0 = tanh(V' c)). LSTM memory cells start at 0;
-    Luong's input-feeding vector h~_0 starts at 0.
+    Luong's input-feeding vector h~_0 starts at 0, and so does a coverage model's C_0.
     """
 
-    def __init__(self, cfg: ModelConfig, annotation_size: int, feed_size: int) -> None:
+    def __init__(
+        self, cfg: ModelConfig, annotation_size: int, feed_size: int, coverage_size: int = 0
+    ) -> None:
         super().__init__()
         self.source_size = cfg.hidden_size if cfg.attends else annotation_size
         self.use_context = not cfg.attends
@@ -55,15 +58,18 @@ class InitialState(nn.Module):
         self.proj = nn.Linear(self.source_size, self.layers * self.hidden_size)  # W_s
         self.is_lstm = cfg.cell == "lstm"
         self.feed_size = feed_size
+        self.coverage_size = coverage_size  # a coverage model's units per source word (0: none)
 
     def forward(self, enc: EncoderOutput) -> DecoderState:
         source = enc.context if self.use_context else enc.final[:, -self.source_size :]  # c, or bwd h_1
         hidden = torch.tanh(self.proj(source)).view(-1, self.layers, self.hidden_size)  # (batch, layers, hid)
         zeros = hidden.new_zeros
+        coverage_shape = (*enc.mask.shape, self.coverage_size)  # (batch, src_len, size)
         return DecoderState(
             hidden=hidden,
             cell=zeros(hidden.shape) if self.is_lstm else None,
             feed=zeros(hidden.size(0), self.feed_size) if self.feed_size else None,
+            coverage=enc.annotations.new_zeros(coverage_shape) if self.coverage_size else None,
         )
 
 
@@ -73,14 +79,18 @@ class RNNSearchDecoder(nn.Module):
     Step i predicts y_i from the state s that queries attention, the previous word and the context c_i:
         e_ij = a(s, h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j            (eqs. 5, 6)
         t~_i = U_o s + V_o E y_{i-1} + C_o c_i,  t_i = maxout(t~_i),  p(y_i) = softmax(W_o t_i)  (A.2.2)
-    The GRU update s' = f(s, [E y ; c]) comes in one of two orders (`model.decoder_step`, docs/model.md):
+    The GRU update s' = f(s, [E y ; c]) comes in one of three orders (`model.decoder_step`, docs/model.md):
     - attend_then_update (Appendix A.2.2): s = s_{i-1}, then s_i = f(s_{i-1}, [E y_{i-1} ; c_i]). The state
       that predicts y_i has not read y_{i-1}; only the deep output's V_o E y_{i-1} has.
     - update_then_attend (the authors' GroundHog code): s first reads y_{i-1} with the previous step's
       context, s = f(s_prev, [E y_{i-1} ; c_{i-1}]), then queries attention and feeds the deep output.
       The first step reads no word (s = s_0); the context not yet read by the state travels in
       `DecoderState.feed`.
-    With attention `none` c_i is the fixed c of the RNNencdec and the same equations apply.
+    - conditional (Nematus' cGRU, Sennrich et al. 2017, sec. 2): two transitions per step, the first
+      reading the word, the second the context; the second's state feeds the deep output in place of s:
+          s'_i = GRU_1(s_{i-1}, E y_{i-1}),  c_i = ATT(h, s'_i),  s_i = GRU_2(s'_i, c_i)
+    With attention `none` c_i is the fixed c of the RNNencdec and the same equations apply (the first two
+    orders). With a coverage model (coverage.py) attention also reads C_{i-1}, updated after each step.
     """
 
     FUSED_SCORES = ADDITIVE  # the attention kinds of fused.attentive_gru
@@ -89,11 +99,24 @@ class RNNSearchDecoder(nn.Module):
         super().__init__()
         emb, hid, maxout = cfg.tgt_embed_dim, cfg.decoder_hidden_size, cfg.maxout_dim
         self.update_first = cfg.decoder_step == "update_then_attend"
+        self.conditional = cfg.decoder_step == "conditional"
         self.attends = cfg.attends
         self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)  # E
-        self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim, cfg.fixed_context)
-        self.init = InitialState(cfg, annotation_size, feed_size=0)
-        self.rnn = RecurrentStack(cfg.cell, emb, annotation_size, hid, cfg.decoder_layers, cfg.dropout_hidden)
+        self.coverage = Coverage(cfg, annotation_size, hid) if cfg.coverage != "none" else None
+        coverage_size = self.coverage.size if self.coverage is not None else 0
+        self.attention = Attention(
+            cfg.attention, hid, annotation_size, cfg.attention_dim, cfg.fixed_context, coverage_size
+        )
+        self.init = InitialState(cfg, annotation_size, feed_size=0, coverage_size=coverage_size)
+        layers, dropout = cfg.decoder_layers, cfg.dropout_hidden
+        # GRU_1 of the conditional GRU reads the word alone; every other order's RNN reads [E y ; c]
+        read_context = 0 if self.conditional else annotation_size
+        self.rnn = RecurrentStack(cfg.cell, emb, read_context, hid, layers, dropout)
+        # GRU_2, reading c_i and no word (`_second_transition`)
+        second = RecurrentStack(cfg.cell, 0, annotation_size, hid, 1, 0.0) if self.conditional else None
+        self.context_rnn = second
+        # fused.attentive_gru computes neither a coverage model nor a second transition
+        self.fusable = self.coverage is None and not self.conditional
         self.maxout = nn.Linear(hid + emb + annotation_size, 2 * maxout)  # [U_o V_o C_o] (one matrix)
         self.output = nn.Linear(maxout, vocab_size)  # W_o
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
@@ -133,17 +156,25 @@ class RNNSearchDecoder(nn.Module):
         if fused.used(self, enc, state) and state.feed is None:  # training: backward by hand
             return self._fused(enc, state, static_gates)
         rnn_weights = self.rnn.step_weights()
+        second_weights = self.context_rnn.step_weights() if self.conditional else None  # GRU_2's
         hidden = list(state.hidden.unbind(1))
         cell = list(state.cell.unbind(1)) if state.cell is not None else None
         context = state.feed  # update_then_attend: c_{i-1}, not yet read by the state (None at the start)
+        coverage = state.coverage  # C_{i-1} (batch, src_len, size) of a coverage model, or None
         states, contexts, weights = [], [], []
         for gates in static_gates.unbind(1):  # one (batch, gates) tensor per step: one backward op, not T
-            if self.update_first and context is not None:  # s = f(s, [E y_{i-1} ; c_{i-1}])
+            if self.conditional:  # s'_i = GRU_1(s_{i-1}, E y_{i-1})
+                _, hidden, cell = self.rnn.step(rnn_weights, gates, None, hidden, cell)
+            elif self.update_first and context is not None:  # s = f(s, [E y_{i-1} ; c_{i-1}])
                 _, hidden, cell = self.rnn.step(rnn_weights, gates, context, hidden, cell)
             s = hidden[-1]  # the top layer's state that queries attention: (batch, hid)
-            context, alpha = self.attention(s.unsqueeze(1), enc)  # alpha_ij, c_i: eqs. (5), (6)
+            context, alpha = self.attention(s.unsqueeze(1), enc, coverage)  # alpha_ij, c_i: eqs. (5), (6)
             context = context.squeeze(1)  # (batch, annotation)
-            if not self.update_first:
+            if coverage is not None:  # C_i from C_{i-1} and alpha_i (coverage.py)
+                coverage = self.coverage.update(coverage, alpha.squeeze(1), enc.coverage_source, enc.mask, s)
+            if self.conditional:  # s_i = GRU_2(s'_i, c_i), the state the deep output reads
+                s, hidden = self._second_transition(second_weights, context, hidden)
+            elif not self.update_first:
                 _, hidden, cell = self.rnn.step(rnn_weights, gates, context, hidden, cell)  # s_i
             states.append(s)
             contexts.append(context)
@@ -152,8 +183,17 @@ class RNNSearchDecoder(nn.Module):
             hidden=torch.stack(hidden, dim=1),  # (batch, layers, hid)
             cell=torch.stack(cell, dim=1) if cell is not None else None,
             feed=context if self.update_first else None,
+            coverage=coverage,
         )
         return torch.stack(states, dim=1), torch.stack(contexts, dim=1), torch.cat(weights, dim=1), new_state
+
+    def _second_transition(
+        self, weights: list[LayerWeights], context: Tensor, hidden: list[Tensor]
+    ) -> tuple[Tensor, list[Tensor]]:
+        """The conditional GRU's s_i = GRU_2(s'_i, c_i) (batch, hid): GRU_2 reads no word, so its input
+        gates are C_2 c_i plus its input bias alone."""
+        rnn = self.context_rnn
+        return rnn.step(weights, rnn.rnn.bias_ih_l0, context, hidden, None)[:2]
 
     def _fused(self, enc: EncoderOutput, state: DecoderState, static_gates: Tensor) -> Recurrence:
         """The loop as one autograd Function (`fused.attentive_gru`), which runs attend_then_update.
@@ -190,6 +230,8 @@ class LuongDecoder(nn.Module):
         self.rnn = RecurrentStack(cfg.cell, emb, feed, hid, cfg.decoder_layers, cfg.dropout_hidden)
         self.combine = nn.Linear(annotation_size + hid, hid)  # W_c
         self.output = nn.Linear(hid, vocab_size)  # W_s
+        self.coverage = None  # (a coverage model is RNNsearch's: check_model_config)
+        self.fusable = True
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
         self.dropout_output = nn.Dropout(cfg.dropout_output)
 

@@ -42,10 +42,12 @@ from .states import DecoderState, EncoderOutput
 
 
 def applies(decoder) -> bool:
-    """Whether this decoder's recurrence has a Function here: a one-layer GRU and a score the decoder's
-    Function computes (`FUSED_SCORES`, a class attribute of each decoder)."""
+    """Whether this decoder's recurrence has a Function here: a one-layer GRU, a score the decoder's
+    Function computes (`FUSED_SCORES`, a class attribute of each decoder) and nothing the Functions leave
+    out (`fusable`: RNNsearch's coverage model and conditional GRU run step by step)."""
     rnn = decoder.rnn
-    return decoder.attention.kind in decoder.FUSED_SCORES and not rnn.is_lstm and rnn.num_layers == 1
+    fused_score = decoder.attention.kind in decoder.FUSED_SCORES
+    return decoder.fusable and fused_score and not rnn.is_lstm and rnn.num_layers == 1
 
 
 def used(decoder, enc: EncoderOutput, state: DecoderState) -> bool:

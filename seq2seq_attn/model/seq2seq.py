@@ -42,7 +42,9 @@ class Seq2Seq(nn.Module):
             annotations = annotations.to(attention_dtype(src.device.type))
         keys, context = self.decoder.attention.prepare(annotations, final)
         keys = keys.to(annotations.dtype) if keys is not None else None
-        return EncoderOutput(annotations=annotations, mask=mask, final=final, keys=keys, context=context)
+        coverage = self.decoder.coverage  # a coverage model's per-word terms, once per batch as the keys
+        source = coverage.prepare(annotations).to(annotations.dtype) if coverage is not None else None
+        return EncoderOutput(annotations, mask, final, keys, context, coverage_source=source)
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
         return self.decoder.init(enc)
@@ -127,6 +129,19 @@ def check_model_config(cfg: ModelConfig) -> None:
             f"annotation size ({annotation} = model.hidden_size x {annotation // cfg.hidden_size} "
             "directions); use `general` or change the sizes"
         )
+    rnnsearch = cfg.decoder == "rnnsearch"
+    if cfg.coverage != "none" and not (rnnsearch and cfg.attention in ADDITIVE):
+        raise UserError(
+            f"model.coverage: {cfg.coverage} needs decoder rnnsearch with additive attention (bahdanau or "
+            f"concat), not {cfg.decoder} with {cfg.attention}; set coverage: none"
+        )
+    if cfg.decoder_step == "conditional" and rnnsearch:
+        conditional_gru = cfg.attends and cfg.cell == "gru" and cfg.decoder_layers == 1
+        if not conditional_gru:
+            raise UserError(
+                "model.decoder_step: conditional (the conditional GRU) needs attention, cell gru and one "
+                f"decoder layer, not attention {cfg.attention}, cell {cfg.cell}, {cfg.decoder_layers} layers"
+            )
     if cfg.tie_embeddings and cfg.tgt_embed_dim != pre_output_size(cfg):
         what = "model.maxout_dim" if cfg.decoder == "rnnsearch" else "model.decoder_hidden_size"
         raise UserError(

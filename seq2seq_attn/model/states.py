@@ -37,6 +37,8 @@ class EncoderOutput:
           the annotations themselves for `dot`); None for attention `none`.
     context: the fixed context c = tanh(V [fwd h_T ; bwd h_1]) of attention `none` (batch, annotation_size);
              None otherwise.
+    coverage_source: what a coverage model's update reads of each source word (coverage.py `prepare`),
+             (batch, src_len, ...); None without one.
     """
 
     annotations: Tensor
@@ -44,6 +46,7 @@ class EncoderOutput:
     final: Tensor
     keys: Tensor | None = None
     context: Tensor | None = None
+    coverage_source: Tensor | None = None
 
     def index_select(self, index: Tensor) -> EncoderOutput:
         return index_select_batch(self, index)
@@ -58,11 +61,13 @@ class DecoderState:
     feed: what the next step's recurrence reads from the previous step's attention: Luong's attentional
           vector h~_{t-1} for input feeding (batch, decoder_hidden), or RNNsearch's context c_{i-1} in the
           update_then_attend order (batch, annotation_size; None before the first step); else None.
+    coverage: a coverage model's C_{i-1} (coverage.py), (batch, src_len, coverage size); None without one.
     """
 
     hidden: Tensor
     cell: Tensor | None = None
     feed: Tensor | None = None
+    coverage: Tensor | None = None
 
     def index_select(self, index: Tensor) -> DecoderState:
         return index_select_batch(self, index)
