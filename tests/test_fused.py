@@ -25,6 +25,8 @@ FUSED = [
     ("rnnsearch", "bahdanau"),
     ("rnnsearch", "concat"),
     ("rnnsearch-uta", "bahdanau"),
+    ("rnnsearch-cgru", "bahdanau"),
+    ("rnnsearch-cgru", "concat"),
     ("luong-feed", "general"),
     ("luong-feed", "dot"),
 ]
@@ -51,7 +53,10 @@ def test_fused_recurrence_equals_autograd_in_float64(encoder, decoder, attention
     assert grads[0][1, 3:].abs().sum() == 0  # the padding of sentence 2 (length 3) gets no gradient
 
 
-@pytest.mark.parametrize(("decoder", "attention"), [("rnnsearch", "bahdanau"), ("luong-feed", "general")])
+@pytest.mark.parametrize(
+    ("decoder", "attention"),
+    [("rnnsearch", "bahdanau"), ("rnnsearch-cgru", "bahdanau"), ("luong-feed", "general")],
+)
 def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(decoder, attention, monkeypatch):
     """bf16 rounds differently in the two codes; both must be as close to the float64 result."""
     fused_errors, autograd_errors = errors_against_float64(
@@ -89,6 +94,8 @@ def test_fused_recurrences_cover_one_layer_grus_with_their_decoders_scores():
         ("gru-bi-1", "bahdanau", "luong-feed"),
         ("lstm-bi-1", "general", "luong-feed"),
         ("gru-bi-2", "dot", "luong-feed"),
+        ("gru-bi-1", "bahdanau", "rnnsearch-coverage-linguistic"),
+        ("gru-bi-1", "bahdanau", "rnnsearch-cgru-coverage-neural"),
     ]
     assert all(fused.applies(tiny_model(*variant).decoder) for variant in covered)
     assert not any(fused.applies(tiny_model(*variant).decoder) for variant in not_covered)

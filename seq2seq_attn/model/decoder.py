@@ -115,8 +115,8 @@ class RNNSearchDecoder(nn.Module):
         # GRU_2, reading c_i and no word (`_second_transition`)
         second = RecurrentStack(cfg.cell, 0, annotation_size, hid, 1, 0.0) if self.conditional else None
         self.context_rnn = second
-        # fused.attentive_gru computes neither a coverage model nor a second transition
-        self.fusable = self.coverage is None and not self.conditional
+        # fused.attentive_gru computes no coverage model
+        self.fusable = self.coverage is None
         self.maxout = nn.Linear(hid + emb + annotation_size, 2 * maxout)  # [U_o V_o C_o] (one matrix)
         self.output = nn.Linear(maxout, vocab_size)  # W_o
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
@@ -196,18 +196,20 @@ class RNNSearchDecoder(nn.Module):
         return rnn.step(weights, rnn.rnn.bias_ih_l0, context, hidden, None)[:2]
 
     def _fused(self, enc: EncoderOutput, state: DecoderState, static_gates: Tensor) -> Recurrence:
-        """The loop as one autograd Function (`fused.attentive_gru`), which runs attend_then_update.
+        """The loop as one autograd Function (`fused.attentive_gru`), which runs attend_then_update, or
+        the conditional GRU, whose deep output reads the states after each update.
 
         update_then_attend is the same loop with every update one word later: the update after step i
         reads y_i, so the gates shift by one step, and the update after the last step (which nothing
         reads) gets zeros.
         """
         gates = F.pad(static_gates[:, 1:], (0, 0, 0, 1)) if self.update_first else static_gates
-        states, contexts, weights, s = fused.attentive_gru(
+        queried, contexts, weights, updated, s = fused.attentive_gru(
             self, enc.keys, enc.annotations, enc.mask, gates, state.hidden[:, 0]
         )
         if self.update_first:
-            return states, contexts, weights, DecoderState(hidden=states[:, -1:], feed=contexts[:, -1])
+            return queried, contexts, weights, DecoderState(hidden=queried[:, -1:], feed=contexts[:, -1])
+        states = updated if self.conditional else queried  # what the deep output reads
         return states, contexts, weights, DecoderState(hidden=s.unsqueeze(1))
 
 

@@ -11,6 +11,9 @@ Two recurrences, both with a one-layer GRU (`applies`):
 - `attentive_gru`, RNNsearch with additive attention (Bahdanau et al. 2014, eqs. 5-6 and A.1.1), step i:
       e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j),  alpha_ij = softmax_j(e_ij),  c_i = sum_j alpha_ij h_j
       [r; z; n] from x_i = (W E y_{i-1} + b) + C c_i and g_i = U s_{i-1} + b_h,  s_i = n + z (s_{i-1} - n)
+  and the conditional GRU (Sennrich et al. 2017), whose step first runs GRU_1 on the word,
+  s'_i = GRU_1(s_{i-1}, W_1 E y_{i-1} + b_1), queries attention with s'_i, then updates with GRU_2 as above
+  (x_i = b_2 + C_2 c_i, the word being GRU_1's).
 - `feeding_gru`, Luong's input-feeding decoder with a dot-product score (`general`, `dot`; Luong et al. 2015,
   eqs. 5 and 8, Sec. 3.3), step t:
       x_t = (W E y_{t-1} + b) + C h~_{t-1},  h_t = GRU(h_{t-1}, x_t) as above
@@ -44,7 +47,7 @@ from .states import DecoderState, EncoderOutput
 def applies(decoder) -> bool:
     """Whether this decoder's recurrence has a Function here: a one-layer GRU, a score the decoder's
     Function computes (`FUSED_SCORES`, a class attribute of each decoder) and nothing the Functions leave
-    out (`fusable`: RNNsearch's coverage model and conditional GRU run step by step)."""
+    out (`fusable`: RNNsearch's coverage model runs step by step)."""
     rnn = decoder.rnn
     fused_score = decoder.attention.kind in decoder.FUSED_SCORES
     return decoder.fusable and fused_score and not rnn.is_lstm and rnn.num_layers == 1
@@ -109,17 +112,26 @@ def step_major(x: Tensor) -> Tensor:
 
 def attentive_gru(
     decoder, keys: Tensor, annotations: Tensor, mask: Tensor, static_gates: Tensor, s0: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The recurrence of `RNNSearchDecoder._recur` for decoders where `applies`.
 
     keys (batch, src_len, dim) = U_a h_j + b; annotations (batch, src_len, annotation); mask (batch, src_len);
-    static_gates (batch, steps, 3 hidden) = W E y_{i-1} + b; s0 (batch, hidden). Returns s_0 .. s_{T-1}
-    (batch, steps, hidden), c_i (batch, steps, annotation), alpha_i (batch, steps, src_len) and s_T.
+    static_gates (batch, steps, 3 hidden) = W E y_{i-1} + b (the conditional GRU's: GRU_1's); s0 (batch,
+    hidden). Returns the states that queried attention (s_0 .. s_{T-1}; the conditional GRU's s'_1 ..
+    s'_T) (batch, steps, hidden), c_i (batch, steps, annotation), alpha_i (batch, steps, src_len), the
+    states after each update s_1 .. s_T (batch, steps, hidden) and s_T.
     """
-    (layer,) = decoder.rnn.step_weights()  # w_ih: C, the columns that read c_i (the bias is in static_gates)
     attention = decoder.attention
+    first = ()  # GRU_1's input gates and recurrent weights, for the conditional GRU
+    if decoder.conditional:
+        (layer_1,) = decoder.rnn.step_weights()
+        first = (static_gates, layer_1.w_hh, layer_1.b_hh)
+        (layer,) = decoder.context_rnn.step_weights()  # GRU_2: w_ih is C_2, its bias the input gates
+        static_gates = decoder.context_rnn.rnn.bias_ih_l0.expand(*static_gates.shape)
+    else:
+        (layer,) = decoder.rnn.step_weights()  # w_ih: C, the columns reading c_i (the bias: in static_gates)
     weights = (attention.query_proj.weight, attention.v, layer.w_ih, layer.w_hh, layer.b_hh)
-    return AttentiveGRU.apply(attention.compiled, keys, annotations, mask, static_gates, s0, *weights)
+    return AttentiveGRU.apply(attention.compiled, keys, annotations, mask, static_gates, s0, *weights, *first)
 
 
 class AttentiveGRU(torch.autograd.Function):
@@ -129,23 +141,31 @@ class AttentiveGRU(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, compiled, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh):
+    def forward(
+        ctx, compiled, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh, *first
+    ):
         dtype, attention = compute_dtype(static_gates), annotations.dtype
         # Autocast would re-cast the weights at every step; cast every operand once, here, instead.
         static_gates, s, w_query, w_context, w_hh, b_hh = (
             x.to(dtype) for x in (static_gates, s0, w_query, w_context, w_hh, b_hh)
         )
+        first = tuple(x.to(dtype) for x in first)  # GRU_1's static gates, w_hh and b_hh (conditional GRU)
         v = v.to(attention)  # (keys come from Seq2Seq.encode in the annotations' dtype)
         batch, steps, hidden = static_gates.size(0), static_gates.size(1), s.size(1)
-        previous = static_gates.new_empty(batch, steps, hidden)  # s_{i-1}
+        previous = static_gates.new_empty(batch, steps, hidden)  # the query states s_{i-1} (or s'_i)
+        updated = static_gates.new_empty(batch, steps, hidden)  # s_i
         contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_i
         wide = torch.promote_types(attention, torch.float32)  # the softmax's dtype
         alphas = annotations.new_empty(batch, steps, mask.size(1), dtype=wide)  # alpha_i
         gates = static_gates.new_empty(steps, 4, batch, hidden)  # r, z, n, U_n s_{i-1} + b_hn: for backward
+        first_gates = static_gates.new_empty(steps, 4, batch, hidden) if first else None  # GRU_1's
         queries = keys.new_empty(steps, batch, 1, keys.size(2))  # W_a s_{i-1}, for backward
         attend = kernel(additive_attention, compiled)
         with torch.autocast(static_gates.device.type, enabled=False):
             for i in range(steps):
+                if first:  # s'_i = GRU_1(s_{i-1}, W_1 E y_{i-1} + b_1)
+                    first_static, first_w_hh, first_b_hh = first
+                    s = gru_step(s, first_static[:, i], first_w_hh, first_b_hh, first_gates[i])
                 previous[:, i] = s
                 queries[i] = (s @ w_query.T).unsqueeze(1)
                 context, alpha = attend(queries[i], keys, v, mask, annotations)  # (batch, 1, annotation)
@@ -153,23 +173,26 @@ class AttentiveGRU(torch.autograd.Function):
                 s = gru_step(
                     s, torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), w_hh, b_hh, gates[i]
                 )
+                updated[:, i] = s
                 alphas[:, i] = alpha.squeeze(1)
                 contexts[:, i] = context
         saved = (keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
-        ctx.save_for_backward(*saved)
+        first_saved = (first[1], first_gates) if first else ()  # GRU_1's w_hh and its gates per step
+        ctx.save_for_backward(*saved, s0.to(dtype), updated, *first_saved)
         ctx.compiled = compiled
-        return previous, contexts, alphas, s
+        return previous, contexts, alphas, updated, s
 
     @staticmethod
     @autocast_off
     def backward(ctx, *grads):
-        keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates = (
+        keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates, *rest = (
             ctx.saved_tensors
         )
+        s0, updated, *first = rest  # the conditional GRU's GRU_1: its w_hh and its gates per step
         # (the engine casts the gradients returned below to each input's own dtype)
         dtype, attention, wide = previous.dtype, annotations.dtype, alphas.dtype
-        d_previous, d_contexts, d_alphas, ds = grads
-        d_previous, ds = d_previous.to(dtype), ds.to(dtype)
+        d_previous, d_contexts, d_alphas, d_updated, ds = grads
+        d_previous, d_updated, ds = d_previous.to(dtype), d_updated.to(dtype), ds.to(dtype)
         steps, batch, hidden = gates.size(0), gates.size(2), gates.size(3)
         d_static = previous.new_empty(batch, steps, 3 * hidden)  # d x_i (x_i = W E y_{i-1} + b + C c_i)
         d_gates_h = previous.new_empty(steps, batch, 3 * hidden)  # d g_i
@@ -177,8 +200,13 @@ class AttentiveGRU(torch.autograd.Function):
         d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
         d_keys = torch.zeros_like(keys, dtype=wide)  # (summed over steps: see the module's docstring)
         d_v = torch.zeros_like(v, dtype=wide)
+        if first:  # GRU_1's d x'_i and d g'_i
+            first_w_hh, first_gates = first
+            d_first_static = previous.new_empty(batch, steps, 3 * hidden)
+            d_first_gates_h = previous.new_empty(steps, batch, 3 * hidden)
         attention_backward = kernel(additive_backward, ctx.compiled)
         for i in reversed(range(steps)):
+            ds = ds + d_updated[:, i]
             d_x, d_gates_h[i] = gru_backward(ds, previous[:, i], gates[i])
             d_static[:, i] = d_x
             d_c = (d_x @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
@@ -187,6 +215,10 @@ class AttentiveGRU(torch.autograd.Function):
             d_v_i, d_queries[i] = attention_backward(*args)  # (d_queries: cast to the compute dtype)
             d_v += d_v_i
             ds = ds * gates[i, 1] + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
+            if first:  # through s'_i = GRU_1(s_{i-1}, x'_i)
+                s_before = s0 if i == 0 else updated[:, i - 1]
+                d_first_static[:, i], d_first_gates_h[i] = gru_backward(ds, s_before, first_gates[i])
+                ds = ds * first_gates[i, 1] + d_first_gates_h[i] @ first_w_hh
         # The weight and annotation gradients: one product each over all steps.
         flat_previous = step_major(previous)
         d_gates_h = d_gates_h.flatten(0, 1)
@@ -196,7 +228,12 @@ class AttentiveGRU(torch.autograd.Function):
         # (batch, src_len, steps) @ (batch, steps, annotation): sum_i alpha_ij d c_i
         d_annotations = torch.bmm(alphas.transpose(1, 2).to(attention), d_context)
         weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
-        return None, d_keys, d_annotations, None, d_static, ds, *weights
+        first_weights = ()
+        if first:  # GRU_1 read s_0 .. s_{T-1}
+            d_first_gates_h = d_first_gates_h.flatten(0, 1)
+            inputs = step_major(torch.cat([s0.unsqueeze(1), updated[:, :-1]], dim=1))
+            first_weights = (d_first_static, d_first_gates_h.T @ inputs, d_first_gates_h.sum(0))
+        return None, d_keys, d_annotations, None, d_static, ds, *weights, *first_weights
 
 
 def feeding_gru(
