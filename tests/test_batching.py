@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from seq2seq_attn.vocab.batching import BatchStream, Joining, collate, length_order, plan_epoch, shard
+from seq2seq_attn.training.batches import Joining, TrainingBatches, length_order, plan_epoch, shard
+from seq2seq_attn.vocab.batching import collate
 
 
 class Side:
@@ -85,7 +86,7 @@ def test_both_sides_keep_little_padding():
 
 def test_sentence_batches_and_max_len_filter():
     cache = Cache(1000)
-    stream = BatchStream(cache, "sentences", 80, max_len=30, bucket_pool=10, seed=3)
+    stream = TrainingBatches(cache, "sentences", 80, max_len=30, bucket_pool=10, seed=3)
     batch = next(iter(stream))
     assert batch.src.shape[0] == 80
     seen = np.concatenate(stream._epoch_plan())
@@ -118,7 +119,7 @@ def test_collate_adds_eos_bos_and_pads():
 
 def test_stream_resumes_at_the_same_batch_across_epochs():
     cache = Cache(600)
-    make = lambda: BatchStream(cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7)  # noqa: E731
+    make = lambda: TrainingBatches(cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7)  # noqa: E731
     full = make()
     reference = [b.src.tolist() for b in itertools.islice(iter(full), len(full) + 7)]  # crosses an epoch
     first = make()
@@ -160,7 +161,7 @@ def test_joined_pairs_fit_max_len_and_use_every_pair_once():
 
 def test_a_joined_example_is_its_pairs_one_after_another():
     cache = Cache(400)
-    stream = BatchStream(cache, "sentences", 400, max_len=80, bucket_pool=1, seed=2, concat_share=1.0)
+    stream = TrainingBatches(cache, "sentences", 400, max_len=80, bucket_pool=1, seed=2, concat_share=1.0)
     batch = next(iter(stream))
     examples = stream._examples
     assert sum(len(pairs) >= 2 for pairs in examples) > 0.8 * len(examples)  # share 1: joined unless too long
@@ -173,7 +174,7 @@ def test_a_joined_example_is_its_pairs_one_after_another():
 
 def test_a_stream_with_joined_pairs_resumes_at_the_same_batch():
     cache = Cache(600)
-    make = lambda: BatchStream(  # noqa: E731
+    make = lambda: TrainingBatches(  # noqa: E731
         cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7, concat_share=0.3, concat_max=3
     )
     full = make()

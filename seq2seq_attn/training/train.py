@@ -33,10 +33,10 @@ from ..io import TEMP_SUFFIX, exclusive, write_text
 from ..model import Seq2Seq, build_model
 from ..model.checkpoint import save_checkpoint
 from ..model.device import resolve_device, uses_bf16
-from ..vocab.batching import BatchStream
 from ..vocab.cache import build_cache, load_cache
 from ..vocab.pieces import Vocab, build_vocab, vocab_dir
 from . import distributed
+from .batches import TrainingBatches
 from .distributed import Ranks, StopSignals
 from .log import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .loss import batch_loss, loss_divisor
@@ -109,10 +109,10 @@ def _prepare_inputs(config: Config) -> Vocab:
     return vocab
 
 
-def _batch_stream(config: Config, ranks: Ranks, device: torch.device) -> BatchStream:
+def _batch_stream(config: Config, ranks: Ranks, device: torch.device) -> TrainingBatches:
     """This rank's endless stream of training batches."""
     cfg = config.train
-    stream = BatchStream(
+    stream = TrainingBatches(
         load_cache(vocab_dir(config), "train"),
         cfg.batch_type,
         cfg.batch_size,
@@ -159,7 +159,7 @@ class _Loop:
     model: Seq2Seq
     optimizer: torch.optim.Optimizer
     schedule: Schedule
-    stream: BatchStream
+    stream: TrainingBatches
     progress: Progress
     vocab: Vocab
     device: torch.device
