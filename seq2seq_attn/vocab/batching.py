@@ -6,6 +6,7 @@ alignment (decoding/forced.py) uses the same tensors.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,35 +14,52 @@ import torch
 
 from .pieces import BOS_ID, EOS_ID, PAD_ID
 
+# A batch's shape: (sentences, source length, target length), EOS and BOS included.
+Shape = tuple[int, int, int]
+
 
 @dataclass
 class Batch:
     src: torch.Tensor  # (batch, src_len) source ids + EOS, padded with PAD
-    src_lengths: torch.Tensor  # (batch,)
+    src_lengths: torch.Tensor  # (batch,) >= 1, EOS included
     tgt_in: torch.Tensor  # (batch, tgt_len) BOS + target ids, padded
     tgt_out: torch.Tensor  # (batch, tgt_len) target ids + EOS, padded
     n_tokens: int  # real target tokens (tgt_out positions that are not padding)
     n_padded: int  # all source + target positions, padding included
+    n_sentences: int  # real sentences: the first rows; any after them pad the batch to a fixed shape
 
     def to(self, device: torch.device) -> Batch:
-        """Move the id tensors (asynchronously from pinned memory on CUDA); lengths stay on the CPU, where
-        packing the encoder input needs them, so no device round trip."""
+        """The tensors on `device`, copied asynchronously from pinned memory on CUDA, the lengths too: a
+        copy the encoder made itself would wait for the GPU at every update."""
         non_blocking = device.type == "cuda"
-        src, tgt_in, tgt_out = (
-            t.to(device, non_blocking=non_blocking) for t in (self.src, self.tgt_in, self.tgt_out)
+        src, src_lengths, tgt_in, tgt_out = (
+            t.to(device, non_blocking=non_blocking)
+            for t in (self.src, self.src_lengths, self.tgt_in, self.tgt_out)
         )
-        return Batch(src, self.src_lengths, tgt_in, tgt_out, self.n_tokens, self.n_padded)
+        return Batch(src, src_lengths, tgt_in, tgt_out, self.n_tokens, self.n_padded, self.n_sentences)
 
 
-def collate(src_seqs: list[np.ndarray], tgt_seqs: list[np.ndarray], pin: bool = False) -> Batch:
-    """Pad a list of id sequences into tensors: src + EOS, BOS + tgt, tgt + EOS."""
+def collate(
+    src_seqs: list[np.ndarray],
+    tgt_seqs: list[np.ndarray],
+    pin: bool = False,
+    pad_to: Callable[[int, int, int], Shape] | None = None,
+) -> Batch:
+    """Pad a list of id sequences into tensors: src + EOS, BOS + tgt, tgt + EOS.
+
+    pad_to: the shape to pad a batch of this (sentences, source length, target length) to, for a training
+    update captured in a CUDA graph (training/graphs.py). The rows added are empty sentences: a source of
+    EOS alone (length 1, since the encoder reads each sentence's last word and attention normalises over
+    its real words) and a target of padding only, which the loss leaves out, so they change no gradient.
+    """
     n = len(src_seqs)
-    src_len = max(len(s) for s in src_seqs) + 1
-    tgt_len = max(len(t) for t in tgt_seqs) + 1
-    src = np.full((n, src_len), PAD_ID, dtype=np.int64)
-    tgt_in = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
-    tgt_out = np.full((n, tgt_len), PAD_ID, dtype=np.int64)
-    src_lengths = np.empty(n, dtype=np.int64)
+    shape = (n, max(len(s) for s in src_seqs) + 1, max(len(t) for t in tgt_seqs) + 1)
+    rows, src_len, tgt_len = pad_to(*shape) if pad_to else shape
+    src = np.full((rows, src_len), PAD_ID, dtype=np.int64)
+    tgt_in = np.full((rows, tgt_len), PAD_ID, dtype=np.int64)
+    tgt_out = np.full((rows, tgt_len), PAD_ID, dtype=np.int64)
+    src_lengths = np.ones(rows, dtype=np.int64)
+    src[n:, 0] = EOS_ID
     for row, (s, t) in enumerate(zip(src_seqs, tgt_seqs, strict=True)):
         src[row, : len(s)] = s
         src[row, len(s)] = EOS_ID
@@ -54,4 +72,4 @@ def collate(src_seqs: list[np.ndarray], tgt_seqs: list[np.ndarray], pin: bool = 
     if pin:
         tensors = [t.pin_memory() for t in tensors]
     n_tokens = int(sum(len(t) for t in tgt_seqs)) + n
-    return Batch(*tensors, n_tokens=n_tokens, n_padded=n * (src_len + tgt_len))
+    return Batch(*tensors, n_tokens=n_tokens, n_padded=rows * (src_len + tgt_len), n_sentences=n)
