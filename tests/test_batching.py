@@ -6,8 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from seq2seq_attn.training.batches import Joining, TrainingBatches, length_order, plan_epoch, shard
+from seq2seq_attn.training.graphs import PaddedShapes
 from seq2seq_attn.vocab.batching import collate
 
 
@@ -185,3 +187,25 @@ def test_a_stream_with_joined_pairs_resumes_at_the_same_batch():
     resumed.load_state_dict(first.state_dict())
     tail = [b.src.tolist() for b in itertools.islice(iter(resumed), 10)]
     assert head + tail == reference
+
+
+@pytest.mark.parametrize(("batch_type", "size"), [("tokens", 2000), ("sentences", 64)])
+def test_batches_padded_for_cuda_graphs_are_the_same_batches_in_fewer_shapes(batch_type, size):
+    """With `pad_to` (train.cuda_graphs) an epoch holds the batches it holds without, each padded with
+    empty sentences and padding positions to one of few shapes."""
+    cache = Cache(5000)
+    shapes = PaddedShapes(size if batch_type == "sentences" else None, 61)
+    plain = TrainingBatches(cache, batch_type, size, max_len=60, bucket_pool=10, seed=3)
+    padded = TrainingBatches(cache, batch_type, size, max_len=60, bucket_pool=10, seed=3, pad_to=shapes)
+    seen, padded_seen = set(), set()
+    for a, b in itertools.islice(zip(plain, padded, strict=True), len(plain)):
+        rows, src_len, tgt_len = a.src.size(0), a.src.size(1), a.tgt_in.size(1)
+        assert (b.src.size(0), b.src.size(1), b.tgt_in.size(1)) == shapes(rows, src_len, tgt_len)
+        assert (b.n_sentences, b.n_tokens) == (rows, a.n_tokens)
+        assert torch.equal(b.src[:rows, :src_len], a.src) and torch.equal(b.src_lengths[:rows], a.src_lengths)
+        for name in ("tgt_in", "tgt_out"):
+            assert torch.equal(getattr(b, name)[:rows, :tgt_len], getattr(a, name))
+        assert (b.src[:rows, src_len:] == 0).all() and (b.tgt_out[:, tgt_len:] == 0).all()
+        seen.add((rows, src_len, tgt_len))
+        padded_seen.add(tuple(b.src.shape) + (b.tgt_in.size(1),))
+    assert len(padded_seen) < len(seen) * 0.6

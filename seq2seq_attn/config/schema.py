@@ -325,6 +325,17 @@ class TrainConfig:
         "(docs/performance.md); "
         "needs a C++ compiler (Triton on a GPU). Validation's search uses it too.",
     )
+    cuda_graphs: str = option(
+        "auto",
+        "Capture the training update (forward, backward, clipping, the optimiser's step) in CUDA graphs, "
+        "one per batch shape, and replay them, so that the GPU runs an update's thousands of small kernels "
+        "without the CPU launching each. Batches are padded to a small fixed set of shapes: sentences "
+        "(batch_size with batch_type sentences; else rounded up to one of 8 sizes per doubling) and both "
+        "lengths rounded up to a multiple of 8, at most max_len + 1 (docs/gpu.md). auto: on a CUDA "
+        "device with optimizer adam or adadelta in a single process; on: the same, an error elsewhere; "
+        "off: never.",
+        choices=["auto", "on", "off"],
+    )
     batch_type: str = option(
         "tokens",
         "Batch size counted in tokens (src+tgt) or sentences (paper: 80).",

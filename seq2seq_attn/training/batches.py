@@ -15,12 +15,12 @@ pairs gets the batches it always had, and a resumed run the same joined examples
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..vocab.batching import Batch, collate
+from ..vocab.batching import Batch, Shape, collate
 
 
 def usable_indices(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_len: int) -> np.ndarray:
@@ -149,8 +149,11 @@ class TrainingBatches:
         pin: bool = False,
         concat_share: float = 0.0,
         concat_max: int = 3,
+        pad_to: Callable[[int, int, int], Shape] | None = None,
     ) -> None:
+        """pad_to: each batch padded to the shape it gives (`collate`), for updates in CUDA graphs."""
         self.cache = cache
+        self.pad_to = pad_to
         self.settings = (batch_type, batch_size, bucket_pool, seed)
         self.joining = Joining(concat_share, concat_max, max_len)
         self.rank, self.world_size, self.pin = rank, world_size, pin
@@ -198,7 +201,7 @@ class TrainingBatches:
                 continue
             examples = plan[self.index]
             self.index += 1
-            yield collate(*self.sides(examples), pin=self.pin)
+            yield collate(*self.sides(examples), pin=self.pin, pad_to=self.pad_to)
 
     def sides(self, examples: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """The source and target ids of the batch's examples (a joined example's pairs concatenated)."""

@@ -24,7 +24,7 @@ from ..model.checkpoint import load_checkpoint
 from .batches import TrainingBatches
 from .distributed import Ranks
 from .log import improves, rank_value
-from .optim import Schedule
+from .optim import Schedule, load_optimizer_state
 
 FORMAT = 1
 RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means
@@ -164,7 +164,7 @@ def restore(
 ) -> Progress:
     """Put this rank back where `state` was written; returns the run's counters."""
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(optimizer, state["optimizer"])
     schedule.load_state_dict(state["schedule"])
     if len(state["data"]) != ranks.world_size:
         raise UserError(f"cannot resume a run of {len(state['data'])} processes with {ranks.world_size}")
