@@ -31,7 +31,7 @@ from ..errors import UserError
 from ..io import TEMP_SUFFIX, exclusive, write_text
 from ..model import Seq2Seq, build_model
 from ..model.checkpoint import save_checkpoint
-from ..model.device import resolve_device, uses_bf16
+from ..model.device import resolve_device, tf32_products, uses_bf16, uses_tf32
 from ..vocab.cache import build_cache, load_cache
 from ..vocab.pieces import Vocab, build_vocab, vocab_dir
 from . import distributed
@@ -197,7 +197,8 @@ class _Loop:
             unit="step",
             disable=None if self.ranks.is_main else True,
         )
-        with self.signals, self.metrics or contextlib.nullcontext(), self.bar:
+        tf32 = tf32_products(uses_tf32(self.cfg.precision, self.device))
+        with self.signals, self.metrics or contextlib.nullcontext(), self.bar, tf32:
             reason = self._train(stop_after)
             if reason and self.ranks.is_main:
                 best = checkpoint_dir(self.run_dir) / BEST
