@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bench_step: {name}{' graphs' if graphs else ''}", file=sys.stderr, flush=True)
         config = load_config(config_path, args.overrides)
         shapes = Shapes(sentences, args.src_len, args.tgt_len, args.vocab)
-        row = measure(config, shapes, precision, compiled, device, args, graphs)
+        try:
+            row = measure(config, shapes, precision, compiled, device, args, graphs)
+        except Exception as err:  # reported in its row; the other variants still run
+            traceback.print_exc()
+            row = {"error": f"{type(err).__name__}: {' '.join(str(err).split())}"[:300]}
         rows.append(
             {
                 "config": str(config_path),
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         write_json(args.out.with_suffix(".json"), result)
         write_text(args.out.with_suffix(".md"), text)
+    if any("error" in row for row in rows):
+        sys.exit(f"bench_step: {sum('error' in row for row in rows)} variant(s) failed (their rows say why)")
 
 
 def measure(
@@ -485,10 +492,15 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
-        lines.append(
+        variant = (
             f"| {Path(r['config']).stem} | {r['batch']} | {r['precision']} "
             f"| {'yes' if r['compile'] else 'no'} | {'on' if r['cuda_graphs'] else 'off'} "
-            f"| {' x '.join(map(str, r['padded_shape']))} "
+        )
+        if "error" in r:
+            lines.append(f"{variant}| **failed**: {r['error'].replace('|', '/')} |" + " |" * 11)
+            continue
+        lines.append(
+            f"{variant}| {' x '.join(map(str, r['padded_shape']))} "
             f"| {r['parameters']:,} | {r['warmup_s']} | {r['train_ms']} | {r['train_tokens_per_s']:,} "
             f"| {r['train_sentences_per_s']} | {_cell(r['train_peak_mib'])} "
             f"| {r.get('beam_ms_per_step', '-')} | {r.get('beam_sentences_per_s', '-')} "

@@ -101,3 +101,43 @@ def test_the_profile_of_a_cpu_update_and_search_is_in_the_report(tmp_path):
     assert all(top["name"].startswith("aten::") for top in row["train_profile"]["top"])
     text = out.with_suffix(".md").read_text()
     assert "## Profile (`--profile`)" in text and "tiny batch 2 fp32: search step: top ATen calls" in text
+
+
+def test_a_variant_that_fails_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
+    measure = bench_step.measure
+
+    def failing_bf16(config, shapes, precision, *args):
+        if precision == "bf16":
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        return measure(config, shapes, precision, *args)
+
+    monkeypatch.setattr(bench_step, "measure", failing_bf16)
+    out = tmp_path / "step"
+    options = [
+        "--batch",
+        "2",
+        "--src-len",
+        "4",
+        "--tgt-len",
+        "3",
+        "--vocab",
+        "20",
+        "--reps",
+        "1",
+        "--beam",
+        "0",
+    ]
+    with pytest.raises(SystemExit, match="1 variant\\(s\\) failed"):
+        bench_step.main(
+            [
+                str(write_tiny_config(tmp_path / "tiny.yaml")),
+                *options,
+                "--precision",
+                "fp32,bf16",
+                "--out",
+                str(out),
+            ]
+        )
+    fp32, bf16 = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert fp32["train_ms"] > 0 and bf16["error"].startswith("RuntimeError: CUDA error: operation not")
+    assert "| tiny | 2 | bf16 | no | off | **failed**: RuntimeError" in out.with_suffix(".md").read_text()
