@@ -21,6 +21,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -33,6 +34,10 @@ from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import DecoderState, EncoderOutput, build_model, fused
 from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq_attn.model.seq2seq import check_model_config
+from seq2seq_attn.training.graphs import CapturedUpdate, PaddedShapes
+from seq2seq_attn.training.optim import Schedule, build_optimizer
+from seq2seq_attn.training.step import Update
+from seq2seq_attn.vocab.batching import collate
 from seq2seq_attn.vocab.pieces import build_vocab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -586,6 +591,64 @@ def assert_compiled_attention_equals_eager(device: str, monkeypatch) -> None:
     for got, want in zip(*searches, strict=True):
         assert [h.tokens for h in got] == [h.tokens for h in want]
         assert [h.score for h in got] == pytest.approx([h.score for h in want], rel=1e-9)
+
+
+def graph_batches(n: int = 10, seed: int = 0) -> list[tuple[list[np.ndarray], list[np.ndarray]]]:
+    """`n` batches of 3 or 4 sentence pairs of 1 to 11 ids below VOCAB: under `train.max_len` 12 they
+    pad to few shapes, so that most shapes come back."""
+    rng = np.random.default_rng(seed)
+    return [
+        tuple([rng.integers(4, VOCAB, rng.integers(1, 12)) for _ in range(rows)] for _ in range(2))
+        for rows in rng.choice([3, 4], n)
+    ]
+
+
+def updates_with_and_without_graphs(
+    device: str, bf16: bool = False, compiled: bool = False, **train: object
+) -> list[tuple[list[list[float]], list[torch.Tensor], int]]:
+    """The same updates of the same tiny RNNsearch, as training runs them eagerly and as a
+    `CapturedUpdate` (batches padded to their shapes, a rising learning rate written before each): for
+    each, every update's (summed loss, skipped, gradient norm), the parameters after them, and the graphs
+    captured."""
+    settings = {
+        "batch_type": "sentences",
+        "batch_size": 4,
+        "max_len": 12,
+        "clip_norm": 0.5,
+        "warmup_steps": 20,
+    }
+    cfg = tiny_config(train={**settings, **train}).train
+    runs = []
+    for graphs in (False, True):
+        model = tiny_model().to(device)
+        model.compile_attention(compiled)
+        optimizer = build_optimizer(list(model.parameters()), cfg, capturable=graphs)
+        schedule = Schedule(optimizer, cfg)
+        update = Update(model, model, optimizer, cfg, torch.device(device), bf16)
+        update = CapturedUpdate(update) if graphs else update
+        pad_to = PaddedShapes.of(cfg) if graphs else None
+        outcomes = []
+        for step, (src, tgt) in enumerate(graph_batches()):
+            schedule.set_step(step)
+            outcome = update(collate(src, tgt, pin=device == "cuda", pad_to=pad_to))
+            outcomes.append([tensor.item() for tensor in outcome])
+        captured = len(update) if graphs else 0
+        runs.append((outcomes, [p.detach().cpu() for p in model.parameters()], captured))
+    return runs
+
+
+def assert_graphs_update_as_eager(device: str, rtol: float, params_atol: float, **settings: object) -> int:
+    """`updates_with_and_without_graphs`: the same losses, skips and gradient norms, to `rtol`, and the
+    same parameters to `params_atol` (Adam's step is about its rate wherever a gradient is near 0, whatever
+    its size); returns the graphs captured."""
+    (eager, eager_params, _), (graphed, graphed_params, captured) = updates_with_and_without_graphs(
+        device, **settings
+    )
+    assert [bad for _, bad, _ in graphed] == [bad for _, bad, _ in eager] == [0.0] * len(eager)
+    torch.testing.assert_close(torch.tensor(graphed), torch.tensor(eager), rtol=rtol, atol=1e-6)
+    for got, want in zip(graphed_params, eager_params, strict=True):
+        torch.testing.assert_close(got, want, rtol=rtol, atol=params_atol)
+    return captured
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -6,8 +6,11 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
-from seq2seq_attn.vocab.batching import BatchStream, Joining, collate, length_order, plan_epoch, shard
+from seq2seq_attn.training.batches import Joining, TrainingBatches, length_order, plan_epoch, shard
+from seq2seq_attn.training.graphs import PaddedShapes
+from seq2seq_attn.vocab.batching import collate
 
 
 class Side:
@@ -85,7 +88,7 @@ def test_both_sides_keep_little_padding():
 
 def test_sentence_batches_and_max_len_filter():
     cache = Cache(1000)
-    stream = BatchStream(cache, "sentences", 80, max_len=30, bucket_pool=10, seed=3)
+    stream = TrainingBatches(cache, "sentences", 80, max_len=30, bucket_pool=10, seed=3)
     batch = next(iter(stream))
     assert batch.src.shape[0] == 80
     seen = np.concatenate(stream._epoch_plan())
@@ -118,7 +121,7 @@ def test_collate_adds_eos_bos_and_pads():
 
 def test_stream_resumes_at_the_same_batch_across_epochs():
     cache = Cache(600)
-    make = lambda: BatchStream(cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7)  # noqa: E731
+    make = lambda: TrainingBatches(cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7)  # noqa: E731
     full = make()
     reference = [b.src.tolist() for b in itertools.islice(iter(full), len(full) + 7)]  # crosses an epoch
     first = make()
@@ -160,7 +163,7 @@ def test_joined_pairs_fit_max_len_and_use_every_pair_once():
 
 def test_a_joined_example_is_its_pairs_one_after_another():
     cache = Cache(400)
-    stream = BatchStream(cache, "sentences", 400, max_len=80, bucket_pool=1, seed=2, concat_share=1.0)
+    stream = TrainingBatches(cache, "sentences", 400, max_len=80, bucket_pool=1, seed=2, concat_share=1.0)
     batch = next(iter(stream))
     examples = stream._examples
     assert sum(len(pairs) >= 2 for pairs in examples) > 0.8 * len(examples)  # share 1: joined unless too long
@@ -173,7 +176,7 @@ def test_a_joined_example_is_its_pairs_one_after_another():
 
 def test_a_stream_with_joined_pairs_resumes_at_the_same_batch():
     cache = Cache(600)
-    make = lambda: BatchStream(  # noqa: E731
+    make = lambda: TrainingBatches(  # noqa: E731
         cache, "tokens", 800, max_len=200, bucket_pool=5, seed=7, concat_share=0.3, concat_max=3
     )
     full = make()
@@ -184,3 +187,25 @@ def test_a_stream_with_joined_pairs_resumes_at_the_same_batch():
     resumed.load_state_dict(first.state_dict())
     tail = [b.src.tolist() for b in itertools.islice(iter(resumed), 10)]
     assert head + tail == reference
+
+
+@pytest.mark.parametrize(("batch_type", "size"), [("tokens", 2000), ("sentences", 64)])
+def test_batches_padded_for_cuda_graphs_are_the_same_batches_in_fewer_shapes(batch_type, size):
+    """With `pad_to` (train.cuda_graphs) an epoch holds the batches it holds without, each padded with
+    empty sentences and padding positions to one of few shapes."""
+    cache = Cache(5000)
+    shapes = PaddedShapes(size if batch_type == "sentences" else None, 61)
+    plain = TrainingBatches(cache, batch_type, size, max_len=60, bucket_pool=10, seed=3)
+    padded = TrainingBatches(cache, batch_type, size, max_len=60, bucket_pool=10, seed=3, pad_to=shapes)
+    seen, padded_seen = set(), set()
+    for a, b in itertools.islice(zip(plain, padded, strict=True), len(plain)):
+        rows, src_len, tgt_len = a.src.size(0), a.src.size(1), a.tgt_in.size(1)
+        assert (b.src.size(0), b.src.size(1), b.tgt_in.size(1)) == shapes(rows, src_len, tgt_len)
+        assert (b.n_sentences, b.n_tokens) == (rows, a.n_tokens)
+        assert torch.equal(b.src[:rows, :src_len], a.src) and torch.equal(b.src_lengths[:rows], a.src_lengths)
+        for name in ("tgt_in", "tgt_out"):
+            assert torch.equal(getattr(b, name)[:rows, :tgt_len], getattr(a, name))
+        assert (b.src[:rows, src_len:] == 0).all() and (b.tgt_out[:, tgt_len:] == 0).all()
+        seen.add((rows, src_len, tgt_len))
+        padded_seen.add(tuple(b.src.shape) + (b.tgt_in.size(1),))
+    assert len(padded_seen) < len(seen) * 0.6

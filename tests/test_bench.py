@@ -850,8 +850,8 @@ def test_bench_step_updates_with_the_configs_optimiser(monkeypatch):
     """The timed update steps the optimiser training would build (Adadelta here, not a fixed Adam)."""
     built = []
 
-    def recording(params, cfg):
-        optimizer = build_optimizer(params, cfg)
+    def recording(params, cfg, capturable):
+        optimizer = build_optimizer(params, cfg, capturable)
         built.append(type(optimizer).__name__)
         return optimizer
 

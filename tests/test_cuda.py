@@ -21,6 +21,7 @@ from helpers import (
     SEARCH_FAMILIES,
     assert_as_accurate,
     assert_compiled_attention_equals_eager,
+    assert_graphs_update_as_eager,
     assert_search_is_batch_invariant,
     batch,
     config_of,
@@ -37,7 +38,11 @@ from seq2seq_attn.model import seq2seq
 from seq2seq_attn.model.checkpoint import load_checkpoint
 from seq2seq_attn.training import train as train_module
 
-FUSED_DECODERS = [("rnnsearch", "bahdanau"), ("luong-feed", "general")]  # one per fused Function
+FUSED_DECODERS = [  # each fused Function, the conditional GRU's loop in AttentiveGRU too
+    ("rnnsearch", "bahdanau"),
+    ("rnnsearch-cgru", "bahdanau"),
+    ("luong-feed", "general"),
+]
 # (largest relative error of the step-by-step code, slack of the fused code's) against float64
 TOLERANCE = {"fp32": (1e-3, 1e-5), "bf16": (0.2, 0.01)}
 
@@ -128,6 +133,69 @@ def test_bf16_training_on_cuda_stays_finite_and_resumes_exactly(workdir):
     assert all(torch.isfinite(value).all() for value in want.values())
     diverged = [name for name, value in want.items() if not torch.equal(got[name], value)]
     assert not diverged, f"the resumed run's weights differ: {diverged}"
+
+
+@pytest.mark.cuda
+@pytest.mark.usefixtures("fp32_is_fp32")
+@pytest.mark.parametrize(
+    ("optimizer", "precision", "compiled", "rtol", "params_atol"),
+    [
+        ("adam", "fp32", False, 1e-4, 1e-3),
+        ("adadelta", "fp32", False, 1e-4, 1e-4),
+        ("adam", "bf16", False, 3e-2, 2e-2),
+        ("adam", "fp32", True, 1e-4, 1e-3),
+    ],
+)
+def test_updates_replayed_from_cuda_graphs_are_the_eager_updates(
+    optimizer, precision, compiled, rtol, params_atol
+):
+    """Ten updates of a tiny RNNsearch over batches of a few shapes, captured once per shape and replayed
+    (training/graphs.py), against the eager updates of the same batches unpadded: the same losses,
+    gradient norms and parameters, in fp32 (TF32 off), bf16 and with the compiled attention. A capture
+    fails on any read back from the GPU, so this also shows that the update makes none."""
+    rate = 1.0 if optimizer == "adadelta" else 0.01
+    settings = {"optimizer": optimizer, "learning_rate": rate}
+    captured = assert_graphs_update_as_eager(
+        "cuda", rtol, params_atol, bf16=precision == "bf16", compiled=compiled, **settings
+    )
+    assert captured >= 2  # several shapes captured, and replayed by the later batches
+
+
+@pytest.mark.cuda
+def test_training_in_cuda_graphs_logs_what_training_without_them_logs(workdir):
+    """`seq2seq train` with train.cuda_graphs on and off, in fp32 without dropout: the same logged losses,
+    gradient norms, clip rates and dev losses, to float rounding; a graphed run stopped after 25 updates
+    resumes to the weights of the uninterrupted one."""
+    settings = ("train.device=cuda", "train.precision=fp32", "train.max_steps=40", "train.validate_every=20")
+    settings += ("train.valid_bleu=false", "train.clip_norm=0.5")
+    settings += ("model.dropout_hidden=0", "model.dropout_output=0")  # padding would draw other masks
+    runs = {
+        graphs: train_module.train(
+            config_of(workdir, *settings, f"train.cuda_graphs={graphs}", f"train.run_dir={graphs}")
+        )
+        for graphs in ("off", "on")
+    }
+    logged = {graphs: [r for r in metrics(run) if "loss" in r] for graphs, run in runs.items()}
+    assert len(logged["on"]) == len(logged["off"]) == 8
+    for on, off in zip(logged["on"], logged["off"], strict=True):
+        assert on["skipped"] == off["skipped"] == 0
+        assert on["loss"] == pytest.approx(off["loss"], rel=1e-3)
+        assert on["grad_norm"] == pytest.approx(off["grad_norm"], rel=1e-3)
+        assert on["clipped"] == pytest.approx(off["clipped"], abs=0.2)  # one update of the five at most
+        assert on["padding"] >= off["padding"]  # the graphs' batches are padded to their shapes
+    dev = {
+        graphs: [r["valid_loss"] for r in metrics(run) if "valid_loss" in r] for graphs, run in runs.items()
+    }
+    assert len(dev["on"]) == 2 and dev["on"] == pytest.approx(dev["off"], rel=1e-3)
+
+    config = config_of(
+        workdir, *settings, "train.cuda_graphs=on", "train.run_dir=resumed", "train.checkpoint_every=25"
+    )
+    train_module.train(config, stop_after=25)
+    resumed = train_module.train(config)
+    want, got = (parameters(run / "checkpoints" / "latest.pt") for run in (runs["on"], resumed))
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.cuda

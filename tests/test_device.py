@@ -32,3 +32,23 @@ def test_bf16_on_a_cpu_without_it_warns_once(monkeypatch, capsys):
     device._warn_slow_bf16.cache_clear()
     assert device.uses_bf16("bf16", cpu)
     assert capsys.readouterr().err == ""
+
+
+def test_tf32_is_a_gpu_setting_that_a_cpu_runs_as_fp32(capsys):
+    device._warn_cpu_tf32.cache_clear()
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert device.uses_tf32("tf32", cuda) and not device.uses_tf32("fp32", cuda)
+    assert not device.uses_tf32("auto", cuda) and not device.uses_tf32("bf16", cuda)
+    assert not device.uses_tf32("tf32", cpu) and not device.uses_tf32("tf32", cpu)
+    assert capsys.readouterr().err.count("TF32 is a GPU format") == 1
+    assert not device.uses_bf16("tf32", cuda)
+
+
+def test_tf32_products_switch_cublas_and_cudnn_and_put_them_back():
+    """fp32 is fp32 inside (torch lets cuDNN use TF32 by default), tf32 is TF32 for both; as before after."""
+    settings = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)  # noqa: E731
+    before = settings()
+    for enabled in (True, False):
+        with device.tf32_products(enabled):
+            assert settings() == (enabled, enabled)
+        assert settings() == before

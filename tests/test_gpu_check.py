@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -82,4 +83,55 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
     result = gpu_check(*args, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+MEASURE = SCRIPT.parent / "gpu_measure.sh"
+
+
+@pytest.mark.slow(seconds=80)
+@pytest.mark.parametrize(
+    ("measurement", "tables"),
+    [
+        ("profile", ["small_rnnsearch", "rnnsearch50"]),
+        (
+            "batches",
+            [
+                f"{kind}_{precision}"
+                for precision in ("fp32", "tf32", "bf16")
+                for kind in ("sentences", "tokens")
+            ],
+        ),
+    ],
+)
+def test_each_gpu_measurement_runs_its_commands_and_brings_back_two_files(tmp_path, measurement, tables):
+    """scripts/gpu_measure.sh in its CPU mode: every bench_step run of the measurement finishes, and OUT
+    holds its tables and one archive of them, their JSON, the environment and the logs."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    command = [str(MEASURE), measurement, str(tmp_path / "out"), "--device", "cpu", "--quick"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        f"{measurement}.md",
+        f"{measurement}.tar.gz",
+    ]
+    with tarfile.open(tmp_path / "out" / f"{measurement}.tar.gz") as archive:
+        archive.extractall(tmp_path / "got", filter="data")
+    folder = tmp_path / "got" / measurement
+    status = (folder / "status.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in status] == ["env", *tables]
+    assert all(": exit code 0 after" in line for line in status)
+    assert json.loads((folder / "env" / "torch.json").read_text())["cuda_available"] is False
+    for table in tables:
+        rows = json.loads((folder / f"{table}.json").read_text())["rows"]
+        assert rows and all(row["train_sentences_per_s"] > 0 for row in rows)
+        if measurement == "profile":
+            assert all(row["train_profile"]["kernels_per_unit"] > 0 for row in rows)
+    text = (tmp_path / "out" / f"{measurement}.md").read_text()
+    assert text.count("## Model micro-benchmark") == len(tables)
+
+
+def test_an_unknown_measurement_is_a_usage_error(tmp_path):
+    result = subprocess.run([str(MEASURE), "speed", str(tmp_path / "out")], capture_output=True, text=True)
+    assert result.returncode == 2 and "usage: scripts/gpu_measure.sh MEASUREMENT OUT_DIR" in result.stderr
     assert not (tmp_path / "out").exists()

@@ -55,7 +55,8 @@ def test_chunks_give_the_loss_and_gradients_of_one_block(chunk_logits: int, smoo
 
 
 def test_only_real_targets_are_projected() -> None:
-    """Padding rows never reach the vocabulary projection (its largest product): 9 real targets of 15."""
+    """Given their count, padding rows never reach the vocabulary projection (its largest product): 9 real
+    targets of 15."""
     projection, features, targets = problem()
     rows = []
 
@@ -63,18 +64,19 @@ def test_only_real_targets_are_projected() -> None:
         rows.append(part.size(0))
         return projection(part)
 
-    loss = summed_cross_entropy(logits_of, features, targets, VOCAB, chunk_logits=VOCAB * 4)
+    loss = summed_cross_entropy(logits_of, features, targets, VOCAB, chunk_logits=VOCAB * 4, n_real=9)
     assert rows == [4, 4, 1]  # the 3 + 5 + 1 real targets, in chunks of 4 rows
     assert sum(rows) == int((targets != PAD_ID).sum())
     torch.testing.assert_close(loss, reference(projection, features, targets, 0.0))
 
 
-def test_a_known_count_of_real_targets_gives_the_same_rows_and_loss() -> None:
-    """Training passes the count it already has on the host (`n_real`); the rows, their order and the
-    loss are those found without it."""
+def test_without_a_count_every_row_is_projected_and_padding_weighs_nothing() -> None:
+    """Training passes the count it already has on the host (`n_real`) and only those rows are projected,
+    in order; without it (a CUDA graph's fixed shapes) every row is, and the loss and gradients are the
+    same."""
     projection, features, targets = problem()
     seen = {}
-    for n_real in (None, 9):
+    for n_real in (9, None):
         rows = []
 
         def logits_of(part: torch.Tensor, rows=rows) -> torch.Tensor:
@@ -82,14 +84,19 @@ def test_a_known_count_of_real_targets_gives_the_same_rows_and_loss() -> None:
             return projection(part)
 
         loss = summed_cross_entropy(
-            logits_of, features, targets, VOCAB, chunk_logits=VOCAB * 4, n_real=n_real
+            logits_of, features, targets, VOCAB, label_smoothing=0.1, chunk_logits=VOCAB * 4, n_real=n_real
         )
-        seen[n_real] = torch.cat(rows), loss
-    torch.testing.assert_close(seen[9][0], seen[None][0], rtol=0, atol=0)
+        grads = torch.autograd.grad(loss, [features, projection.weight])
+        seen[n_real] = torch.cat(rows), loss, grads
     torch.testing.assert_close(
         seen[9][0], features.flatten(0, 1)[targets.flatten() != PAD_ID], rtol=0, atol=0
     )
-    torch.testing.assert_close(seen[9][1], reference(projection, features, targets, 0.0))
+    torch.testing.assert_close(seen[None][0], features.flatten(0, 1), rtol=0, atol=0)
+    torch.testing.assert_close(seen[9][1], reference(projection, features, targets, 0.1))
+    torch.testing.assert_close(seen[None][1], seen[9][1])
+    for got, want in zip(seen[None][2], seen[9][2], strict=True):
+        torch.testing.assert_close(got, want)
+    assert (seen[None][2][0][2, 1:] == 0).all()  # PAD positions get no gradient
 
 
 def test_all_padding_costs_nothing() -> None:
@@ -125,9 +132,13 @@ def tiny_problem() -> tuple[nn.Module, list[np.ndarray], list[np.ndarray]]:
     return model, src, tgt
 
 
-def gradients(model: nn.Module, batch: Batch, loss_norm: str, world_size: int = 1) -> list[torch.Tensor]:
+def gradients(
+    model: nn.Module, batch: Batch, loss_norm: str, world_size: int = 1, static: bool = False
+) -> list[torch.Tensor]:
     model.zero_grad(set_to_none=True)
-    (batch_loss(model, batch, bf16=False) / loss_divisor(batch, loss_norm, world_size)).backward()
+    (
+        batch_loss(model, batch, bf16=False, static=static) / loss_divisor(batch, loss_norm, world_size)
+    ).backward()
     return [p.grad.clone() for p in model.parameters()]
 
 
@@ -143,6 +154,26 @@ def test_the_three_normalisations_scale_one_gradient() -> None:
     ):
         torch.testing.assert_close(by_sentence, summed / 4)
         torch.testing.assert_close(by_token, summed / 19)
+
+
+@pytest.mark.parametrize("loss_norm", ["tokens", "sentences", "batch"])
+def test_a_batch_padded_to_a_fixed_shape_gives_the_loss_and_gradients_of_the_batch(loss_norm) -> None:
+    """A CUDA graph's batch (training/graphs.py): three empty sentences added and both sides padded
+    further, every row projected (`static`) or the real ones only, against the batch as it comes: the
+    same summed loss and every gradient, to float rounding."""
+    model, src, tgt = tiny_problem()
+    batch = collate(src, tgt)
+    padded = collate(src, tgt, pad_to=lambda rows, src_len, tgt_len: (rows + 3, src_len + 5, tgt_len + 4))
+    assert padded.src.shape == (7, 13) and padded.tgt_out.shape == (7, 11)
+    assert (padded.n_tokens, padded.n_sentences) == (batch.n_tokens, 4)
+    assert padded.src_lengths[4:].tolist() == [1, 1, 1] and (padded.tgt_out[4:] == PAD_ID).all()
+    assert loss_divisor(padded, loss_norm) == loss_divisor(batch, loss_norm)
+    want = gradients(model, batch, loss_norm)
+    for static in (True, False):
+        loss = batch_loss(model, padded, bf16=False, static=static)
+        torch.testing.assert_close(loss, batch_loss(model, batch, bf16=False))
+        for got, expected in zip(gradients(model, padded, loss_norm, static=static), want, strict=True):
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
 
 
 def _ddp_rank(rank: int, world_size: int, port: int, loss_norm: str, out: str) -> None:

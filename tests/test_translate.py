@@ -298,7 +298,7 @@ def test_stopping_option_reaches_the_search(tiny_run_dir, monkeypatch, stopping)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'bf16'"),
+        (["--precision", "fp16"], "'fp16' is not one of 'auto', 'fp32', 'tf32', 'bf16'"),
         (["--stopping", "early"], "'early' is not one of 'bound', 'top'"),
         (["--beam", "0"], "--beam: `decode.beam_size` must be a number >= 1, got 0"),
         (

@@ -337,8 +337,9 @@ class TrainConfig:
     precision: str = option(
         "auto",
         "auto: bf16 autocast on GPU, fp32 on CPU (bf16 pays on some CPUs only, and on an H100 it was slower "
-        "for the attention models: docs/performance.md).",
-        choices=["auto", "fp32", "bf16"],
+        "for the attention models: docs/performance.md). tf32: fp32, the matrix products and cuDNN's RNNs "
+        "on a GPU's TF32 tensor cores (Ampere and newer; fp32 on a CPU). fp32 is fp32 on a GPU too.",
+        choices=["auto", "fp32", "tf32", "bf16"],
     )
     compile: bool = option(
         False,
@@ -346,6 +347,17 @@ class TrainConfig:
         "faster updates after seconds of compiling, by how much depends on the machine "
         "(docs/performance.md); "
         "needs a C++ compiler (Triton on a GPU). Validation's search uses it too.",
+    )
+    cuda_graphs: str = option(
+        "auto",
+        "Capture the training update (forward, backward, clipping, the optimiser's step) in CUDA graphs, "
+        "one per batch shape, and replay them, so that the GPU runs an update's thousands of small kernels "
+        "without the CPU launching each. Batches are padded to a small fixed set of shapes: sentences "
+        "(batch_size with batch_type sentences; else rounded up to one of 8 sizes per doubling) and both "
+        "lengths rounded up to a multiple of 8, at most max_len + 1 (docs/gpu.md). auto: on a CUDA "
+        "device with optimizer adam or adadelta in a single process; on: the same, an error elsewhere; "
+        "off: never.",
+        choices=["auto", "on", "off"],
     )
     batch_type: str = option(
         "tokens",
@@ -542,12 +554,14 @@ class DecodeConfig:
     precision: str = option(
         "auto",
         "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 is "
-        "faster on some CPUs with AVX-512 BF16 but not all, and was no faster on an H100; int8 (CPU only, "
+        "faster on some CPUs with AVX-512 BF16 but not all, and was no faster on an H100; tf32 (search on a "
+        "GPU) runs fp32 with the matrix products and cuDNN's RNNs on TF32 tensor cores; int8 (CPU only, "
         "search only: translate, eval, the Python API) runs the decoder's products with int8 weights, one "
         "scale per row (docs/performance.md).",
-        choices=["auto", "fp32", "bf16", "int8"],
+        choices=["auto", "fp32", "tf32", "bf16", "int8"],
         short=(
-            "auto: bf16 on GPU, fp32 on CPU; bf16 pays on some CPUs only; int8: CPU search with int8 weights."
+            "auto: bf16 on GPU, fp32 on CPU; bf16 pays on some CPUs only; tf32: fp32 on TF32 tensor cores "
+            "(GPU); int8: CPU search with int8 weights."
         ),
     )
     compile: bool = option(

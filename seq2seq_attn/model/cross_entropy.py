@@ -35,25 +35,24 @@ def summed_cross_entropy(
 ) -> Tensor:
     """sum_t CE(logits_of(features_t), targets_t) over the positions whose target is not PAD, in fp32.
 
-    features (batch, steps, pre_output), targets (batch, steps). Only the rows of real targets are
-    projected: the vocabulary projection is the largest matrix product of an update, and padding would
-    pay for it too. The projection `logits_of` (onto `vocab_size` logits) and the softmax run on chunks
-    of rows, about `chunk_logits` logits each (default: CHUNK_LOGITS for the device), so the full
-    (tokens x vocab) block never exists at once in the forward pass; the sum is the same.
+    features (batch, steps, pre_output), targets (batch, steps). The projection `logits_of` (onto
+    `vocab_size` logits) and the softmax run on chunks of rows, about `chunk_logits` logits each (default:
+    CHUNK_LOGITS for the device), so the full (tokens x vocab) block never exists at once in the forward
+    pass; the sum is the same.
 
     n_real: how many targets are not PAD, when the caller knows it (training batches count them on the
-    host). Then selecting them costs no host-device synchronisation on a GPU; without it the count is read
-    from the device.
+    host). Then only those rows are projected: the vocabulary projection is the largest matrix product of
+    an update, and padding would pay for it too. Without it (None) every row is projected and the PAD
+    targets weigh 0: more arithmetic, but no count, so nothing is read back from a GPU and the shapes stay
+    those of the batch, which a training update captured in a CUDA graph needs (training/graphs.py).
     """
     targets = targets.flatten()  # (rows,)
-    padding = (targets == PAD_ID).to(torch.uint8)  # (rows,) 1 at PAD
-    if n_real is None:
-        n_real = targets.numel() - int(padding.sum())
-    # The real positions in order: a stable sort puts them first. Unlike `nonzero`, whose output size the
-    # host must read back from a GPU, its size is fixed, so the update runs on without waiting.
-    real = torch.argsort(padding, stable=True)[:n_real]  # (tokens,)
-    features = features.flatten(0, 1).index_select(0, real)  # (tokens, pre_output)
-    targets = targets.index_select(0, real)  # (tokens,)
+    features = features.flatten(0, 1)  # (rows, pre_output)
+    if n_real is not None:
+        # The real positions in order: a stable sort puts them first. Unlike `nonzero`, whose output size
+        # the host must read back from a GPU, its size is known, so the update runs on without waiting.
+        real = torch.argsort((targets == PAD_ID).to(torch.uint8), stable=True)[:n_real]  # (tokens,)
+        features, targets = features.index_select(0, real), targets.index_select(0, real)
     budget = chunk_logits or CHUNK_LOGITS.get(features.device.type, DEFAULT_CHUNK_LOGITS)
     rows = max(1, budget // vocab_size)
     total = features.new_zeros((), dtype=torch.float32)
@@ -61,6 +60,7 @@ def summed_cross_entropy(
         total = total + F.cross_entropy(
             logits_of(part).float(),
             gold,
+            ignore_index=PAD_ID,
             reduction="sum",
             label_smoothing=label_smoothing,
         )

@@ -1,10 +1,17 @@
 """Where tensors live and in which precision: one rule for every command that takes `auto | cpu | cuda`
-and for both `train.precision` and `decode.precision`."""
+and for both `train.precision` and `decode.precision`.
+
+The precisions: fp32; tf32, fp32 numbers whose matrix products and cuDNN RNNs run on a GPU's TF32 tensor
+cores (Ampere and newer: 10 mantissa bits in the products, fp32 sums); bf16, autocast; auto, bf16 on a GPU
+and fp32 on a CPU. fp32 means fp32 on a GPU too: torch's own default lets cuDNN's RNNs use TF32.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -35,6 +42,30 @@ def uses_bf16(precision: str, device: torch.device) -> bool:
     if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
         _warn_slow_bf16()
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
+
+
+def uses_tf32(precision: str, device: torch.device) -> bool:
+    """`tf32` on a CUDA device. On a CPU, which has no TF32, it runs fp32, with a warning."""
+    if precision == "tf32" and device.type == "cpu":
+        _warn_cpu_tf32()
+    return precision == "tf32" and device.type == "cuda"
+
+
+@contextlib.contextmanager
+def tf32_products(enabled: bool) -> Iterator[None]:
+    """Inside: fp32 matrix products (cuBLAS) and cuDNN's RNNs in TF32 when `enabled`, in fp32 otherwise;
+    torch's settings as they were afterwards. Process-wide, so that backward passes run inside it too."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@functools.cache
+def _warn_cpu_tf32() -> None:
+    warn("precision tf32 on a CPU: TF32 is a GPU format (Ampere and newer); this runs fp32")
 
 
 def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, frozenset[str] | None]:

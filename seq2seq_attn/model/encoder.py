@@ -47,6 +47,8 @@ class Encoder(nn.Module):
         """Annotations (batch, src_len, output_size), mask (batch, src_len), last states (batch, output_size).
 
         `lengths` must be >= 1; positions at or past a sentence's length are padding whatever they contain.
+        They belong on src's device (training's batches and search put them there): a copy made here from
+        the CPU waits for the GPU, and a training update captured in a CUDA graph cannot make it.
         """
         src_len = src.size(1)
         lengths = lengths.to(src.device)

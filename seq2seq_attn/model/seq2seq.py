@@ -63,7 +63,8 @@ class Seq2Seq(nn.Module):
 
         With the targets tgt_out (batch, tgt_len) = y_1 ... <eos>, PAD-padded: the summed token cross-entropy
         in fp32 (see `summed_cross_entropy`; it is computed here so that DDP sees it inside `forward`);
-        n_targets, the count of non-PAD targets when the caller knows it, spares a GPU a host sync.
+        n_targets, the count of non-PAD targets when the caller knows it: only those rows are projected
+        (without it, every row, padding weighted 0).
         Without: the logits (batch, tgt_len, vocab), with return_attention also the weights
         (batch, tgt_len, src_len).
         """

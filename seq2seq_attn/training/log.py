@@ -99,7 +99,7 @@ class Window:
         self.bad_run = (self.bad_run + bad) * bad
         self.updates += 1
         self.all_tokens += batch.n_tokens
-        self.real += batch.n_tokens + int(batch.src_lengths.sum())
+        self.real += batch.n_tokens + int(batch.src_lengths[: batch.n_sentences].sum())
         self.padded += batch.n_padded
 
     def take(self) -> WindowStats:

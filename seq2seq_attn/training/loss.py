@@ -12,8 +12,13 @@ from ..model.device import bf16_autocast
 from ..vocab.batching import Batch
 
 
-def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) -> Tensor:
-    """Teacher-forced forward pass (bf16 autocast when asked) and the summed token loss, in fp32."""
+def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0, static: bool = False) -> Tensor:
+    """Teacher-forced forward pass (bf16 autocast when asked) and the summed token loss, in fp32.
+
+    static: the batch is a captured update's fixed-shape buffer (training/graphs.py), whose count of real
+    targets changes from batch to batch while the graph cannot: the output layer then projects every row,
+    padding weighted 0, instead of the real rows the host counted (`Batch.n_tokens`).
+    """
     with bf16_autocast(batch.src.device.type, bf16):
         return model(
             batch.src,
@@ -21,12 +26,13 @@ def batch_loss(model, batch: Batch, bf16: bool, label_smoothing: float = 0.0) ->
             batch.tgt_in,
             batch.tgt_out,
             label_smoothing,
-            n_targets=batch.n_tokens,
+            n_targets=None if static else batch.n_tokens,
         )
 
 
 def loss_divisor(batch: Batch, loss_norm: str, world_size: int = 1) -> float:
-    """What an update divides the batch's summed loss by before backward (`train.loss_norm`).
+    """What an update divides the batch's summed loss by before backward (`train.loss_norm`), from the
+    batch's counts on the host (a captured update copies it into a device tensor before each replay).
 
     tokens: the target tokens, so the gradient is that of the mean token loss. sentences: the sentences:
     each sentence's loss summed over its tokens, averaged over sentences. batch: nothing, the plain sum
@@ -39,5 +45,5 @@ def loss_divisor(batch: Batch, loss_norm: str, world_size: int = 1) -> float:
     if loss_norm == "tokens":
         return batch.n_tokens
     if loss_norm == "sentences":
-        return batch.src.size(0)
+        return batch.n_sentences  # not the rows that pad it to a fixed shape
     return 1 / world_size

@@ -2,12 +2,20 @@
 
 Adam (default) and SGD use PyTorch's fused kernels, which accept a `found_inf` flag: a step whose loss or
 gradient is not finite is skipped inside the kernel, so the guard needs no host-device synchronisation.
-Adadelta (the paper's optimiser) has no fused kernel; there the skip costs one synchronisation per step.
+Adadelta (the paper's optimiser) has no fused kernel: there the skip reads the flag on the host (one
+synchronisation per step), or, in an update captured in a CUDA graph, where nothing may be read back,
+undoes the step on the device.
+
+For a captured update (`capturable`: training/graphs.py) Adam and Adadelta are built with torch's
+`capturable=True` (their step counts live on the GPU) and the learning rate is a device tensor that the
+schedule writes before every update, since a Python number would be frozen into the graph. torch's SGD
+has no capturable mode.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -15,29 +23,54 @@ from ..config import TrainConfig
 from .log import improves
 
 FUSED = ("adam", "sgd")
+CAPTURABLE = ("adam", "adadelta")
 
 
-def build_optimizer(params: list[torch.nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
+def build_optimizer(
+    params: list[torch.nn.Parameter], cfg: TrainConfig, capturable: bool = False
+) -> torch.optim.Optimizer:
+    """The optimiser `cfg` names. capturable (CAPTURABLE optimisers only): one whose step a CUDA graph can
+    hold, its rate a tensor on the parameters' device, and on a GPU in torch's capturable mode (which a
+    CPU, where nothing is captured, does not have: there the same steps run eagerly, as tests run them)."""
+    if capturable and cfg.optimizer not in CAPTURABLE:
+        raise ValueError(f"optimizer {cfg.optimizer} cannot be captured in a CUDA graph")
+    device = params[0].device
+    lr = torch.tensor(cfg.learning_rate, device=device) if capturable else cfg.learning_rate
+    capturable = capturable and device.type == "cuda"
     if cfg.optimizer == "adam":
         return torch.optim.Adam(
             params,
-            lr=cfg.learning_rate,
+            lr=lr,
             betas=tuple(cfg.adam_betas),
             weight_decay=cfg.weight_decay,
             fused=True,
+            capturable=capturable,
         )
     if cfg.optimizer == "sgd":
         return torch.optim.SGD(
-            params, lr=cfg.learning_rate, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=True
+            params, lr=lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay, fused=True
         )
     # Bahdanau et al. 2014: Adadelta with rho = 0.95, eps = 1e-6
     return torch.optim.Adadelta(
         params,
-        lr=cfg.learning_rate,
+        lr=lr,
         rho=cfg.adadelta_rho,
         eps=cfg.adadelta_eps,
         weight_decay=cfg.weight_decay,
+        capturable=capturable,
     )
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
+    """A checkpoint's optimiser state, loaded into `optimizer` as this run built it: whether it is
+    capturable, and its learning rate's form (a device tensor or a number), belong to this run's
+    `train.cuda_graphs`, not to the run that wrote the checkpoint (the rate itself is the schedule's,
+    set before every update). torch's `load_state_dict` alone would take both from the checkpoint."""
+    groups = [
+        {**saved_group, "capturable": group.get("capturable", False), "lr": group["lr"]}
+        for saved_group, group in zip(saved["param_groups"], optimizer.param_groups, strict=True)
+    ]
+    optimizer.load_state_dict({**saved, "param_groups": groups})
 
 
 def warmup_factor(step: int, cfg: TrainConfig) -> float:
@@ -67,7 +100,10 @@ class Schedule:
             self.cfg.min_learning_rate,
         )
         for group in self.optimizer.param_groups:
-            group["lr"] = rate
+            if isinstance(group["lr"], torch.Tensor):  # a captured step's: written in place, on the device
+                group["lr"].fill_(rate)
+            else:
+                group["lr"] = rate
         return rate
 
     def validated(self, value: float) -> None:
@@ -98,10 +134,42 @@ class Schedule:
         self.bad_validations = int(state["bad_validations"])
 
 
-def step_optimizer(optimizer: torch.optim.Optimizer, bad: torch.Tensor, fused: bool) -> None:
-    """Apply the update unless `bad` (a 0-dim float tensor, 1.0 = non-finite loss or gradient)."""
+def step_optimizer(
+    optimizer: torch.optim.Optimizer, bad: torch.Tensor, fused: bool, on_device: bool = False
+) -> None:
+    """Apply the update unless `bad` (a 0-dim float tensor, 1.0 = non-finite loss or gradient).
+
+    on_device: decide without reading `bad` back (an update captured in a CUDA graph), once the optimiser
+    has its state; its first step, which creates the state, always reads it.
+    """
     if fused:
         optimizer.found_inf = bad
         optimizer.step()
+    elif on_device and has_state(optimizer):
+        _step_unless(optimizer, bad)
     elif not bool(bad):
         optimizer.step()
+
+
+def has_state(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether every parameter with a gradient has its optimiser state (created by its first step)."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    return all(optimizer.state.get(p) for p in params)
+
+
+@torch.no_grad()
+def _step_unless(optimizer: torch.optim.Optimizer, bad: torch.Tensor) -> None:
+    """The step, undone on the device where `bad`: the parameters and their state are copied before it
+    and copied back where the update was not finite. Costs a copy of both; reads nothing back."""
+    kept = [
+        tensor
+        for group in optimizer.param_groups
+        for p in group["params"]
+        for tensor in (p, *optimizer.state.get(p, {}).values())
+        if isinstance(tensor, torch.Tensor)
+    ]
+    before = [tensor.clone() for tensor in kept]
+    optimizer.step()
+    skip = bad.bool()
+    for tensor, old in zip(kept, before, strict=True):
+        tensor.copy_(torch.where(skip, old, tensor))

@@ -21,10 +21,10 @@ from ..config import Config, to_dict
 from ..decoding.run_folder import LATEST, checkpoint_dir
 from ..errors import UserError
 from ..model.checkpoint import load_checkpoint
-from ..vocab.batching import BatchStream
+from .batches import TrainingBatches
 from .distributed import Ranks
 from .log import improves, rank_value
-from .optim import Schedule
+from .optim import Schedule, load_optimizer_state
 
 FORMAT = 1
 RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means
@@ -125,7 +125,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def gather_rank_states(ranks: Ranks, stream: BatchStream) -> dict[str, list]:
+def gather_rank_states(ranks: Ranks, stream: TrainingBatches) -> dict[str, list]:
     """Every rank's RNG state and data position, in rank order (a collective under DDP)."""
     return {"rng": ranks.gather(rng_state()), "data": ranks.gather(stream.state_dict())}
 
@@ -159,12 +159,12 @@ def restore(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     schedule: Schedule,
-    stream: BatchStream,
+    stream: TrainingBatches,
     ranks: Ranks,
 ) -> Progress:
     """Put this rank back where `state` was written; returns the run's counters."""
     model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(optimizer, state["optimizer"])
     schedule.load_state_dict(state["schedule"])
     if len(state["data"]) != ranks.world_size:
         raise UserError(f"cannot resume a run of {len(state['data'])} processes with {ranks.world_size}")

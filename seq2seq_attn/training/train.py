@@ -15,7 +15,6 @@ and only rank 0 validates, logs and writes checkpoints (distributed.py).
 from __future__ import annotations
 
 import contextlib
-import math
 import shutil
 import time
 from dataclasses import dataclass
@@ -32,16 +31,17 @@ from ..errors import UserError
 from ..io import TEMP_SUFFIX, exclusive, write_text
 from ..model import Seq2Seq, build_model
 from ..model.checkpoint import save_checkpoint
-from ..model.device import resolve_device, uses_bf16
-from ..vocab.batching import BatchStream
+from ..model.device import resolve_device, tf32_products, uses_bf16, uses_tf32
 from ..vocab.cache import build_cache, load_cache
 from ..vocab.pieces import Vocab, build_vocab, vocab_dir
 from . import distributed
+from .batches import TrainingBatches
 from .distributed import Ranks, StopSignals
+from .graphs import CapturedUpdate, PaddedShapes, uses_cuda_graphs
 from .log import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
-from .loss import batch_loss, loss_divisor
-from .optim import FUSED, Schedule, build_optimizer, step_optimizer
+from .optim import Schedule, build_optimizer
 from .state import Progress, gather_rank_states, restore, resume_point, seed_everything, training_state
+from .step import Update
 from .validate import validate
 
 
@@ -60,6 +60,7 @@ def train(config: Config, resume: bool = False, stop_after: int | None = None) -
 
 def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -> None:
     device = _pick_device(config, ranks)
+    graphs = uses_cuda_graphs(config.train, device, ranks.is_distributed)
     run_dir = config.run_dir
     if ranks.is_main:
         vocab = _prepare_inputs(config)
@@ -70,20 +71,20 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
 
     seed_everything(config.seed + ranks.rank)
     model = build_model(config.model, vocab.src_size, vocab.tgt_size).to(device)
-    optimizer = build_optimizer(list(model.parameters()), config.train)
+    optimizer = build_optimizer(list(model.parameters()), config.train, capturable=graphs)
     schedule = Schedule(optimizer, config.train)
-    stream = _batch_stream(config, ranks, device)
+    stream = _batch_stream(config, ranks, device, PaddedShapes.of(config.train) if graphs else None)
     progress = Progress() if state is None else restore(state, model, optimizer, schedule, stream, ranks)
     if ranks.is_main:
         _init_run_dir(run_dir, config, vocab, progress.step)
         ddp = ranks.is_distributed and f", DDP with world size {ranks.world_size} ({distributed.backend()})"
         console.info(
             f"{'resuming' if state else 'training'} {run_dir} at step {progress.step} on {device}"
-            f"{ddp or ''} "
+            f"{ddp or ''}{', updates in CUDA graphs' if graphs else ''} "
             f"({sum(p.numel() for p in model.parameters()):,} parameters, {len(stream)} batches/epoch)"
         )
 
-    trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, device, ranks)
+    trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, device, ranks, graphs)
     trainer.run(stop_after)
     if ranks.is_distributed:
         del trainer  # DDP's reducer holds the process group: let it go first
@@ -109,10 +110,12 @@ def _prepare_inputs(config: Config) -> Vocab:
     return vocab
 
 
-def _batch_stream(config: Config, ranks: Ranks, device: torch.device) -> BatchStream:
-    """This rank's endless stream of training batches."""
+def _batch_stream(
+    config: Config, ranks: Ranks, device: torch.device, pad_to: PaddedShapes | None
+) -> TrainingBatches:
+    """This rank's endless stream of training batches (padded to `pad_to`'s shapes for CUDA graphs)."""
     cfg = config.train
-    stream = BatchStream(
+    stream = TrainingBatches(
         load_cache(vocab_dir(config), "train"),
         cfg.batch_type,
         cfg.batch_size,
@@ -124,6 +127,7 @@ def _batch_stream(config: Config, ranks: Ranks, device: torch.device) -> BatchSt
         pin=device.type == "cuda",
         concat_share=cfg.concat_share,
         concat_max=cfg.concat_max,
+        pad_to=pad_to,
     )
     if len(stream) == 0:
         raise UserError(
@@ -159,22 +163,26 @@ class _Loop:
     model: Seq2Seq
     optimizer: torch.optim.Optimizer
     schedule: Schedule
-    stream: BatchStream
+    stream: TrainingBatches
     progress: Progress
     vocab: Vocab
     device: torch.device
     ranks: Ranks
+    graphs: bool  # updates captured in CUDA graphs (graphs.py)
 
     def __post_init__(self) -> None:
         self.cfg = self.config.train
         self.run_dir = self.config.run_dir
-        self.fused = self.cfg.optimizer in FUSED
         self.bf16 = uses_bf16(self.cfg.precision, self.device)
         self.model.compile_attention(self.cfg.compile)
-        self.net: torch.nn.Module = self.model
+        net: torch.nn.Module = self.model
         if self.ranks.is_distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.net = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+            net = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+        update = Update(
+            self.model, net, self.optimizer, self.cfg, self.device, self.bf16, self.ranks.world_size
+        )
+        self.update = CapturedUpdate(update) if self.graphs else update
         self.started = time.monotonic()
 
     # -- main loop --------------------------------------------------------------------------------------
@@ -189,7 +197,8 @@ class _Loop:
             unit="step",
             disable=None if self.ranks.is_main else True,
         )
-        with self.signals, self.metrics or contextlib.nullcontext(), self.bar:
+        tf32 = tf32_products(uses_tf32(self.cfg.precision, self.device))
+        with self.signals, self.metrics or contextlib.nullcontext(), self.bar, tf32:
             reason = self._train(stop_after)
             if reason and self.ranks.is_main:
                 best = checkpoint_dir(self.run_dir) / BEST
@@ -204,7 +213,7 @@ class _Loop:
             if reason:
                 break
             rate = self.schedule.set_step(progress.step)
-            loss_sum, bad, norm = self.update(batch.to(self.device))
+            loss_sum, bad, norm = self.update(batch)
             window.add(batch, loss_sum, bad, norm)
             progress.step += 1
             self.bar.update(1)
@@ -220,21 +229,6 @@ class _Loop:
             if stop_after is not None and updates_here >= stop_after:
                 return None
         return reason
-
-    # -- one update -------------------------------------------------------------------------------------
-
-    def update(self, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One guarded update; returns (summed token loss, bad flag, gradient norm before clipping) as
-        device tensors (no sync)."""
-        self.net.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = batch_loss(self.net, batch, self.bf16, self.cfg.label_smoothing)
-        (loss_sum / loss_divisor(batch, self.cfg.loss_norm, self.ranks.world_size)).backward()
-        max_norm = self.cfg.clip_norm if self.cfg.clip_norm > 0 else math.inf
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
-        bad = (~(torch.isfinite(loss_sum) & torch.isfinite(norm))).float()
-        step_optimizer(self.optimizer, bad, self.fused)
-        return loss_sum.detach(), bad, norm.detach()
 
     # -- logging, budgets and signals -------------------------------------------------------------------
 

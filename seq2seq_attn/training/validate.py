@@ -20,9 +20,10 @@ from ..decoding.forced import evaluating
 from ..decoding.search import translate_ids
 from ..evaluation.bleu import bleu_metric
 from ..io import read_lines
-from ..vocab.batching import collate, cut_batches, length_order
+from ..vocab.batching import collate
 from ..vocab.cache import load_cache
 from ..vocab.pieces import Vocab, vocab_dir
+from .batches import cut_batches, length_order
 from .log import perplexity
 from .loss import batch_loss
 

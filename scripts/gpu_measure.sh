@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/gpu.md, each one command of at most 7.5 minutes that brings back two files.
+#
+#   scripts/gpu_measure.sh MEASUREMENT OUT_DIR [--device cuda|cpu] [--quick]
+#
+# Measurements (each a `python -m benchmarks.bench_step` run per row of work below, on the models' configs):
+#   profile   where an update's time goes: small_rnnsearch (vocabularies 4,000) and rnnsearch50 (30,000) at
+#             the paper's batch of 80, fp32 and bf16, the update eager and replayed from CUDA graphs, beam 5;
+#             under torch.profiler, the kernels per update and per search step, the host's launch calls,
+#             the GPU's busy fraction and the top kernels by time
+#   batches   what fills the card: rnnsearch50's update (vocabularies 30,000, no search) in fp32, tf32 and
+#             bf16, eager and in CUDA graphs, at batches of 80, 256 and 1,024 sentences of 30 + 30 tokens
+#             and at token batches of 6,000 and 24,000 padded positions of 50 + 50-token sentences (60 and
+#             240 sentences): sentences/s, target tokens/s and the peak GPU memory
+# OUT_DIR gets MEASUREMENT.md (every table, after the GPU, driver, CUDA and torch) and MEASUREMENT.tar.gz
+# (the same tables, their JSON, the environment and every log). A run that hits the time limit is killed
+# and the archive holds what the finished ones wrote; status.txt in it says which.
+#
+# Nothing is installed: the code runs in place (PYTHONPATH = the repository) with $PYTHON (default python3).
+# --device cpu --quick runs the same commands at tiny sizes in seconds (tests/test_gpu_check.py), so that
+# the script runs on every machine the way it runs on a GPU; without a GPU there are no CUDA graphs.
+set -uo pipefail
+
+TOTAL_S=450  # under the 8 minutes a device run is sized to, the start and the transfers aside
+
+usage() {
+    echo "usage: $(sed -n '4s/^# *//p' "$0")" >&2
+    exit 2
+}
+
+MEASUREMENT=${1:-}
+OUT=${2:-}
+[[ $MEASUREMENT == profile || $MEASUREMENT == batches ]] && [[ -n $OUT ]] || usage
+shift 2
+DEVICE=cuda
+QUICK=0
+while (($#)); do
+    case $1 in
+        --device) DEVICE=${2:-}; shift 2 || usage ;;
+        --quick) QUICK=1; shift ;;
+        *) echo "gpu_measure: unknown option $1" >&2; usage ;;
+    esac
+done
+[[ $DEVICE == cuda || $DEVICE == cpu ]] || { echo "gpu_measure: --device must be cuda or cpu" >&2; exit 2; }
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PYTHON=${PYTHON:-$(command -v python3 || command -v python)}
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+[[ $DEVICE == cpu ]] && export CUDA_VISIBLE_DEVICES=""
+cd "$ROOT" || exit 2
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+FOLDER=$OUT/$MEASUREMENT
+rm -rf "$FOLDER" && mkdir -p "$FOLDER/env" || exit 2
+START=$(date +%s)
+FAILED=0
+
+run() {  # run NAME COMMAND...: COMMAND within the time left, its output in FOLDER/NAME.log
+    local name=$1 limit=$((START + TOTAL_S - $(date +%s)))
+    shift
+    if ((limit < 15)); then
+        echo "$name: skipped (no time left of ${TOTAL_S} s)" | tee -a "$FOLDER/status.txt" >&2
+        FAILED=1
+        return
+    fi
+    echo "gpu_measure: $name (at most $limit s): $*" >&2
+    timeout --kill-after=10 "$limit" "$@" >"$FOLDER/$name.log" 2>&1
+    local rc=$?
+    echo "$name: exit code $rc after $(($(date +%s) - START)) s" | tee -a "$FOLDER/status.txt" >&2
+    ((rc == 0)) || FAILED=1
+}
+
+# what machine this is
+if command -v nvidia-smi >/dev/null; then nvidia-smi >"$FOLDER/env/nvidia-smi.txt" 2>&1; fi
+run env "$PYTHON" scripts/gpu_check.py env "$FOLDER/env" "$DEVICE"
+
+BENCH=("$PYTHON" -m benchmarks.bench_step --device "$DEVICE")
+GRAPHS=(--cuda-graphs off,on)
+[[ $DEVICE == cpu ]] && GRAPHS=()  # CUDA graphs need a GPU
+if ((QUICK)); then  # tiny models and batches: the commands, not the sizes
+    for setting in model.src_embed_dim=16 model.tgt_embed_dim=16 model.hidden_size=32 \
+        model.decoder_hidden_size=32 model.attention_dim=32 model.maxout_dim=16; do
+        BENCH+=(--set "$setting")
+    done
+    BENCH+=(--warmup 1 --reps 1)
+fi
+size() {  # size FULL QUICK: the full-size arguments, or with --quick the tiny ones
+    if ((QUICK)); then echo "$2"; else echo "$1"; fi
+}
+
+case $MEASUREMENT in
+    profile)
+        for config in small_rnnsearch:4000 rnnsearch50:30000; do
+            name=${config%%:*}
+            # shellcheck disable=SC2046  # (size's words are separate arguments)
+            run "$name" "${BENCH[@]}" configs/$name.yaml --precision fp32,bf16 "${GRAPHS[@]}" --profile \
+                $(size "--batch 80 --vocab ${config##*:}" "--batch 4 --vocab 64 --src-len 6 --tgt-len 5 --beam 2") \
+                --out "$FOLDER/$name"
+        done
+        ;;
+    batches)
+        for precision in fp32 tf32 bf16; do
+            # shellcheck disable=SC2046
+            run "sentences_$precision" "${BENCH[@]}" configs/rnnsearch50.yaml --precision "$precision" \
+                "${GRAPHS[@]}" --beam 0 \
+                $(size "--batch 80,256,1024 --vocab 30000" "--batch 2,4 --vocab 64 --src-len 6 --tgt-len 5") \
+                --out "$FOLDER/sentences_$precision"
+            # shellcheck disable=SC2046
+            run "tokens_$precision" "${BENCH[@]}" configs/rnnsearch50.yaml --precision "$precision" \
+                "${GRAPHS[@]}" --beam 0 --batch "" \
+                $(size "--tokens 6000,24000 --src-len 50 --tgt-len 50 --vocab 30000" \
+                    "--tokens 40 --vocab 64 --src-len 6 --tgt-len 5") \
+                --out "$FOLDER/tokens_$precision"
+        done
+        ;;
+esac
+
+# the tables in one file, the rest in one archive
+{
+    echo "# scripts/gpu_measure.sh $MEASUREMENT (${DEVICE}$( ((QUICK)) && echo ', quick'))"
+    echo
+    "$PYTHON" - "$FOLDER/env/torch.json" <<'PY' || echo "(no env/torch.json)"
+import json, sys
+machine = json.load(open(sys.argv[1], encoding="utf-8"))
+gpus = ", ".join(device["name"] for device in machine["devices"]) or "none"
+print(f"GPU {gpus}; torch {machine['torch']}, CUDA {machine.get('cuda')}, cuDNN {machine['cudnn']}")
+PY
+    grep -h "Driver Version" "$FOLDER/env/nvidia-smi.txt" 2>/dev/null | head -1
+    echo
+    sed 's/^/    /' "$FOLDER/status.txt"
+    for table in "$FOLDER"/*.md; do
+        [[ -f $table ]] || continue
+        echo
+        sed 's/^#/##/' "$table"
+    done
+} >"$OUT/$MEASUREMENT.md"
+cp "$OUT/$MEASUREMENT.md" "$FOLDER/"
+tar -czf "$OUT/$MEASUREMENT.tar.gz" -C "$OUT" "$MEASUREMENT" && rm -rf "$FOLDER"
+echo "gpu_measure: $OUT/$MEASUREMENT.md and $OUT/$MEASUREMENT.tar.gz ($(($(date +%s) - START)) s)" >&2
+exit $FAILED
