@@ -90,7 +90,21 @@ DECODERS = {  # name: the model keys that make it
     "rnnsearch": {"decoder": "rnnsearch", "decoder_step": "attend_then_update"},
     "rnnsearch-uta": {"decoder": "rnnsearch", "decoder_step": "update_then_attend"},
     "rnnsearch-cgru": {"decoder": "rnnsearch", "decoder_step": "conditional"},
-    "rnnsearch-coverage-linguistic": {"decoder": "rnnsearch", "coverage": "linguistic"},
+    "rnnsearch-coverage-linguistic": {
+        "decoder": "rnnsearch",
+        "decoder_step": "attend_then_update",
+        "coverage": "linguistic",
+    },
+    "rnnsearch-uta-coverage-linguistic": {
+        "decoder": "rnnsearch",
+        "decoder_step": "update_then_attend",
+        "coverage": "linguistic",
+    },
+    "rnnsearch-cgru-coverage-linguistic": {
+        "decoder": "rnnsearch",
+        "decoder_step": "conditional",
+        "coverage": "linguistic",
+    },
     "rnnsearch-uta-coverage-neural": {
         "decoder": "rnnsearch",
         "decoder_step": "update_then_attend",
@@ -524,10 +538,11 @@ def recurrence(model, src, lengths, tgt_in, use_fused: bool, monkeypatch) -> tup
 
 
 def loop_outputs(recurred: tuple) -> list:
-    """RNNsearch's (s, c_i, alpha_i) or Luong's (h~_t, a_t), then the final state's hidden and (Luong, and
-    RNNsearch's update_then_attend) feed."""
+    """RNNsearch's (s, c_i, alpha_i) or Luong's (h~_t, a_t), then the final state's hidden, its feed (Luong,
+    and RNNsearch's update_then_attend) and its coverage (a coverage model's)."""
     *tensors, state = recurred
-    return [*tensors, state.hidden] + ([state.feed] if state.feed is not None else [])
+    extras = [x for x in (state.feed, state.coverage) if x is not None]
+    return [*tensors, state.hidden, *extras]
 
 
 def assert_as_accurate(

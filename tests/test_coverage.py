@@ -55,9 +55,7 @@ def additive_weights(attention: nn.Module, s: torch.Tensor, enc, coverage_term: 
 
 
 def test_linguistic_coverage_follows_tu_et_al_equations():
-    model = tiny_model(
-        "gru-bi-1", "bahdanau", "rnnsearch-coverage-linguistic", decoder_step="attend_then_update"
-    )
+    model = tiny_model("gru-bi-1", "bahdanau", "rnnsearch-coverage-linguistic")
     src, lengths, tgt_in = batch()
     decoder = model.decoder
     with torch.no_grad():
@@ -143,8 +141,8 @@ def test_gradients_of_the_new_parameters_are_right_in_float64(decoder):
     assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-5, fast_mode=True)
 
 
-@pytest.mark.parametrize("decoder", [name for name in NEW if "coverage" in name])
-def test_coverage_trains_on_the_step_path_not_the_fused_function(decoder, monkeypatch):
+@pytest.mark.parametrize("decoder", [name for name in NEW if "neural" in name])
+def test_neural_coverage_trains_on_the_step_path_not_the_fused_function(decoder, monkeypatch):
     model = tiny_model("gru-bi-1", "bahdanau", decoder).train()
     assert not fused.applies(model.decoder)
 

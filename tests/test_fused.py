@@ -27,6 +27,9 @@ FUSED = [
     ("rnnsearch-uta", "bahdanau"),
     ("rnnsearch-cgru", "bahdanau"),
     ("rnnsearch-cgru", "concat"),
+    ("rnnsearch-coverage-linguistic", "bahdanau"),
+    ("rnnsearch-uta-coverage-linguistic", "bahdanau"),
+    ("rnnsearch-cgru-coverage-linguistic", "concat"),
     ("luong-feed", "general"),
     ("luong-feed", "dot"),
 ]
@@ -55,7 +58,12 @@ def test_fused_recurrence_equals_autograd_in_float64(encoder, decoder, attention
 
 @pytest.mark.parametrize(
     ("decoder", "attention"),
-    [("rnnsearch", "bahdanau"), ("rnnsearch-cgru", "bahdanau"), ("luong-feed", "general")],
+    [
+        ("rnnsearch", "bahdanau"),
+        ("rnnsearch-cgru", "bahdanau"),
+        ("rnnsearch-uta-coverage-linguistic", "bahdanau"),
+        ("luong-feed", "general"),
+    ],
 )
 def test_fused_recurrence_under_bf16_autocast_is_as_accurate_as_autograd(decoder, attention, monkeypatch):
     """bf16 rounds differently in the two codes; both must be as close to the float64 result."""
@@ -94,7 +102,7 @@ def test_fused_recurrences_cover_one_layer_grus_with_their_decoders_scores():
         ("gru-bi-1", "bahdanau", "luong-feed"),
         ("lstm-bi-1", "general", "luong-feed"),
         ("gru-bi-2", "dot", "luong-feed"),
-        ("gru-bi-1", "bahdanau", "rnnsearch-coverage-linguistic"),
+        ("gru-bi-1", "bahdanau", "rnnsearch-uta-coverage-neural"),
         ("gru-bi-1", "bahdanau", "rnnsearch-cgru-coverage-neural"),
     ]
     assert all(fused.applies(tiny_model(*variant).decoder) for variant in covered)

@@ -115,8 +115,8 @@ class RNNSearchDecoder(nn.Module):
         # GRU_2, reading c_i and no word (`_second_transition`)
         second = RecurrentStack(cfg.cell, 0, annotation_size, hid, 1, 0.0) if self.conditional else None
         self.context_rnn = second
-        # fused.attentive_gru computes no coverage model
-        self.fusable = self.coverage is None
+        # fused.attentive_gru computes the linguistic coverage, not the neural one
+        self.fusable = cfg.coverage != "neural"
         self.maxout = nn.Linear(hid + emb + annotation_size, 2 * maxout)  # [U_o V_o C_o] (one matrix)
         self.output = nn.Linear(maxout, vocab_size)  # W_o
         self.dropout_embed = nn.Dropout(cfg.dropout_embed)
@@ -204,13 +204,12 @@ class RNNSearchDecoder(nn.Module):
         reads) gets zeros.
         """
         gates = F.pad(static_gates[:, 1:], (0, 0, 0, 1)) if self.update_first else static_gates
-        queried, contexts, weights, updated, s = fused.attentive_gru(
-            self, enc.keys, enc.annotations, enc.mask, gates, state.hidden[:, 0]
-        )
+        queried, contexts, weights, updated, s, coverage = fused.attentive_gru(self, enc, gates, state)
         if self.update_first:
-            return queried, contexts, weights, DecoderState(hidden=queried[:, -1:], feed=contexts[:, -1])
+            last = DecoderState(hidden=queried[:, -1:], feed=contexts[:, -1], coverage=coverage)
+            return queried, contexts, weights, last
         states = updated if self.conditional else queried  # what the deep output reads
-        return states, contexts, weights, DecoderState(hidden=s.unsqueeze(1))
+        return states, contexts, weights, DecoderState(hidden=s.unsqueeze(1), coverage=coverage)
 
 
 class LuongDecoder(nn.Module):

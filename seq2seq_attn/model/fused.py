@@ -13,7 +13,8 @@ Two recurrences, both with a one-layer GRU (`applies`):
       [r; z; n] from x_i = (W E y_{i-1} + b) + C c_i and g_i = U s_{i-1} + b_h,  s_i = n + z (s_{i-1} - n)
   and the conditional GRU (Sennrich et al. 2017), whose step first runs GRU_1 on the word,
   s'_i = GRU_1(s_{i-1}, W_1 E y_{i-1} + b_1), queries attention with s'_i, then updates with GRU_2 as above
-  (x_i = b_2 + C_2 c_i, the word being GRU_1's).
+  (x_i = b_2 + C_2 c_i, the word being GRU_1's); either with a linguistic coverage (Tu et al. 2016), whose
+  C_{i-1,j} enters the score as V_a C_{i-1,j} and grows by alpha_ij / Phi_j after each step.
 - `feeding_gru`, Luong's input-feeding decoder with a dot-product score (`general`, `dot`; Luong et al. 2015,
   eqs. 5 and 8, Sec. 3.3), step t:
       x_t = (W E y_{t-1} + b) + C h~_{t-1},  h_t = GRU(h_{t-1}, x_t) as above
@@ -47,7 +48,7 @@ from .states import DecoderState, EncoderOutput
 def applies(decoder) -> bool:
     """Whether this decoder's recurrence has a Function here: a one-layer GRU, a score the decoder's
     Function computes (`FUSED_SCORES`, a class attribute of each decoder) and nothing the Functions leave
-    out (`fusable`: RNNsearch's coverage model runs step by step)."""
+    out (`fusable`: RNNsearch's neural coverage runs step by step)."""
     rnn = decoder.rnn
     fused_score = decoder.attention.kind in decoder.FUSED_SCORES
     return decoder.fusable and fused_score and not rnn.is_lstm and rnn.num_layers == 1
@@ -111,18 +112,20 @@ def step_major(x: Tensor) -> Tensor:
 
 
 def attentive_gru(
-    decoder, keys: Tensor, annotations: Tensor, mask: Tensor, static_gates: Tensor, s0: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    decoder, enc: EncoderOutput, static_gates: Tensor, state: DecoderState
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """The recurrence of `RNNSearchDecoder._recur` for decoders where `applies`.
 
-    keys (batch, src_len, dim) = U_a h_j + b; annotations (batch, src_len, annotation); mask (batch, src_len);
-    static_gates (batch, steps, 3 hidden) = W E y_{i-1} + b (the conditional GRU's: GRU_1's); s0 (batch,
-    hidden). Returns the states that queried attention (s_0 .. s_{T-1}; the conditional GRU's s'_1 ..
-    s'_T) (batch, steps, hidden), c_i (batch, steps, annotation), alpha_i (batch, steps, src_len), the
-    states after each update s_1 .. s_T (batch, steps, hidden) and s_T.
+    enc: keys (batch, src_len, dim) = U_a h_j + b, annotations (batch, src_len, annotation), mask (batch,
+    src_len) and a linguistic coverage's 1 / Phi_j (batch, src_len, 1); static_gates (batch, steps, 3 hidden)
+    = W E y_{i-1} + b (the conditional GRU's: GRU_1's); the state before the first step: s_0 (batch, 1,
+    hidden) and a linguistic coverage's C_0 (batch, src_len, 1). Returns the states that queried
+    attention (s_0 .. s_{T-1}; the conditional GRU's s'_1 .. s'_T) (batch, steps, hidden), c_i (batch, steps,
+    annotation), alpha_i (batch, steps, src_len), the states after each update s_1 .. s_T (batch, steps,
+    hidden), s_T, and the coverage C_T (batch, src_len, 1) or None.
     """
     attention = decoder.attention
-    first = ()  # GRU_1's input gates and recurrent weights, for the conditional GRU
+    first = (None, None, None)  # GRU_1's input gates and recurrent weights, for the conditional GRU
     if decoder.conditional:
         (layer_1,) = decoder.rnn.step_weights()
         first = (static_gates, layer_1.w_hh, layer_1.b_hh)
@@ -130,57 +133,104 @@ def attentive_gru(
         static_gates = decoder.context_rnn.rnn.bias_ih_l0.expand(*static_gates.shape)
     else:
         (layer,) = decoder.rnn.step_weights()  # w_ih: C, the columns reading c_i (the bias: in static_gates)
+    coverage = (None, None, None)  # a linguistic coverage's C_0, 1 / Phi_j and V_a
+    if decoder.coverage is not None:
+        coverage = (state.coverage[..., 0], enc.coverage_source[..., 0], attention.coverage_proj.weight[:, 0])
     weights = (attention.query_proj.weight, attention.v, layer.w_ih, layer.w_hh, layer.b_hh)
-    return AttentiveGRU.apply(attention.compiled, keys, annotations, mask, static_gates, s0, *weights, *first)
+    s0 = state.hidden[:, 0]
+    inputs = (enc.keys, enc.annotations, enc.mask, static_gates, s0, *weights, *first, *coverage)
+    *outputs, final_coverage = AttentiveGRU.apply(attention.compiled, *inputs)
+    return (*outputs, final_coverage.unsqueeze(-1) if decoder.coverage is not None else None)
 
 
 class AttentiveGRU(torch.autograd.Function):
-    """Memory: backward recomputes sigma_ij = sigmoid(2 (W_a s_{i-1} + U_a h_j)) from the saved W_a s_{i-1}
-    rather than keeping it from the forward pass: kept, it would be the largest tensor of an update
-    (steps x batch x src_len x dim, 240 MB in fp32 for 64 x 60 x 60).
+    """Memory: backward recomputes sigma_ij = sigmoid(2 (W_a s_{i-1} + U_a h_j [+ V_a C_{i-1,j}])) from
+    the saved W_a s_{i-1} (and C_{i-1}) rather than keeping it from the forward pass: kept, it would be the
+    largest tensor of an update (steps x batch x src_len x dim, 240 MB in fp32 for 64 x 60 x 60).
+
+    The linguistic coverage (coverage.py), one number per source word: C_i = C_{i-1} + alpha_i / Phi, read
+    by the score as V_a C_{i-1}. Backward carries d C_i back through the steps: it adds d C_i / Phi to
+    d alpha_i and d (V_a C_{i-1,j}) . V_a to d C_{i-1}.
     """
 
     @staticmethod
     def forward(
-        ctx, compiled, keys, annotations, mask, static_gates, s0, w_query, v, w_context, w_hh, b_hh, *first
+        ctx,
+        compiled,
+        keys,
+        annotations,
+        mask,
+        static_gates,
+        s0,
+        w_query,
+        v,
+        w_context,
+        w_hh,
+        b_hh,
+        first_static,
+        first_w_hh,
+        first_b_hh,
+        coverage,
+        inverse_fertility,
+        w_coverage,
     ):
         dtype, attention = compute_dtype(static_gates), annotations.dtype
         # Autocast would re-cast the weights at every step; cast every operand once, here, instead.
         static_gates, s, w_query, w_context, w_hh, b_hh = (
             x.to(dtype) for x in (static_gates, s0, w_query, w_context, w_hh, b_hh)
         )
-        first = tuple(x.to(dtype) for x in first)  # GRU_1's static gates, w_hh and b_hh (conditional GRU)
+        first = first_static is not None  # the conditional GRU: GRU_1 before the query
+        if first:
+            first_static, first_w_hh, first_b_hh = (
+                x.to(dtype) for x in (first_static, first_w_hh, first_b_hh)
+            )
+        covered = inverse_fertility is not None  # a linguistic coverage
         v = v.to(attention)  # (keys come from Seq2Seq.encode in the annotations' dtype)
-        batch, steps, hidden = static_gates.size(0), static_gates.size(1), s.size(1)
+        batch, steps, hidden, src_len = static_gates.size(0), static_gates.size(1), s.size(1), mask.size(1)
         previous = static_gates.new_empty(batch, steps, hidden)  # the query states s_{i-1} (or s'_i)
         updated = static_gates.new_empty(batch, steps, hidden)  # s_i
         contexts = annotations.new_empty(batch, steps, annotations.size(2))  # c_i
         wide = torch.promote_types(attention, torch.float32)  # the softmax's dtype
-        alphas = annotations.new_empty(batch, steps, mask.size(1), dtype=wide)  # alpha_i
+        alphas = annotations.new_empty(batch, steps, src_len, dtype=wide)  # alpha_i
         gates = static_gates.new_empty(steps, 4, batch, hidden)  # r, z, n, U_n s_{i-1} + b_hn: for backward
         first_gates = static_gates.new_empty(steps, 4, batch, hidden) if first else None  # GRU_1's
         queries = keys.new_empty(steps, batch, 1, keys.size(2))  # W_a s_{i-1}, for backward
+        coverages = keys.new_empty(steps, batch, src_len) if covered else None  # C_{i-1}, for backward
+        if covered:  # C_0, 1 / Phi_j (batch, src_len) and V_a (dim,)
+            coverage, inverse_fertility, w_coverage = (
+                x.to(attention) for x in (coverage, inverse_fertility, w_coverage)
+            )
+        else:
+            coverage = keys.new_empty(0)  # (an output all the same)
         attend = kernel(additive_attention, compiled)
         with torch.autocast(static_gates.device.type, enabled=False):
             for i in range(steps):
                 if first:  # s'_i = GRU_1(s_{i-1}, W_1 E y_{i-1} + b_1)
-                    first_static, first_w_hh, first_b_hh = first
                     s = gru_step(s, first_static[:, i], first_w_hh, first_b_hh, first_gates[i])
                 previous[:, i] = s
                 queries[i] = (s @ w_query.T).unsqueeze(1)
-                context, alpha = attend(queries[i], keys, v, mask, annotations)  # (batch, 1, annotation)
+                term = None
+                if covered:
+                    coverages[i] = coverage
+                    term = coverage_term(coverage, w_coverage)
+                context, alpha = attend(
+                    queries[i], keys, v, mask, annotations, term
+                )  # (batch, 1, annotation)
                 context = context.squeeze(1)
                 s = gru_step(
                     s, torch.addmm(static_gates[:, i], context.to(dtype), w_context.T), w_hh, b_hh, gates[i]
                 )
+                if covered:  # C_i = C_{i-1} + alpha_i / Phi
+                    coverage = coverage + alpha.squeeze(1).to(attention) * inverse_fertility
                 updated[:, i] = s
                 alphas[:, i] = alpha.squeeze(1)
                 contexts[:, i] = context
         saved = (keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates)
-        first_saved = (first[1], first_gates) if first else ()  # GRU_1's w_hh and its gates per step
-        ctx.save_for_backward(*saved, s0.to(dtype), updated, *first_saved)
-        ctx.compiled = compiled
-        return previous, contexts, alphas, updated, s
+        ctx.save_for_backward(
+            *saved, s0.to(dtype), updated, first_w_hh, first_gates, inverse_fertility, w_coverage, coverages
+        )
+        ctx.compiled, ctx.first, ctx.covered = compiled, first, covered
+        return previous, contexts, alphas, updated, s, coverage
 
     @staticmethod
     @autocast_off
@@ -188,10 +238,10 @@ class AttentiveGRU(torch.autograd.Function):
         keys, queries, annotations, w_query, v, w_context, w_hh, previous, contexts, alphas, gates, *rest = (
             ctx.saved_tensors
         )
-        s0, updated, *first = rest  # the conditional GRU's GRU_1: its w_hh and its gates per step
+        s0, updated, first_w_hh, first_gates, inverse_fertility, w_coverage, coverages = rest
         # (the engine casts the gradients returned below to each input's own dtype)
         dtype, attention, wide = previous.dtype, annotations.dtype, alphas.dtype
-        d_previous, d_contexts, d_alphas, d_updated, ds = grads
+        d_previous, d_contexts, d_alphas, d_updated, ds, d_coverage = grads
         d_previous, d_updated, ds = d_previous.to(dtype), d_updated.to(dtype), ds.to(dtype)
         steps, batch, hidden = gates.size(0), gates.size(2), gates.size(3)
         d_static = previous.new_empty(batch, steps, 3 * hidden)  # d x_i (x_i = W E y_{i-1} + b + C c_i)
@@ -200,10 +250,13 @@ class AttentiveGRU(torch.autograd.Function):
         d_context = annotations.new_empty(batch, steps, annotations.size(2))  # d c_i, all paths
         d_keys = torch.zeros_like(keys, dtype=wide)  # (summed over steps: see the module's docstring)
         d_v = torch.zeros_like(v, dtype=wide)
-        if first:  # GRU_1's d x'_i and d g'_i
-            first_w_hh, first_gates = first
+        if ctx.first:  # GRU_1's d x'_i and d g'_i
             d_first_static = previous.new_empty(batch, steps, 3 * hidden)
             d_first_gates_h = previous.new_empty(steps, batch, 3 * hidden)
+        if ctx.covered:
+            d_cov = d_coverage.to(wide)  # d C_i, carried back through the steps
+            d_inverse_fertility = torch.zeros_like(d_cov)
+            d_w_coverage = torch.zeros_like(w_coverage, dtype=wide)
         attention_backward = kernel(additive_backward, ctx.compiled)
         for i in reversed(range(steps)):
             ds = ds + d_updated[:, i]
@@ -211,11 +264,19 @@ class AttentiveGRU(torch.autograd.Function):
             d_static[:, i] = d_x
             d_c = (d_x @ w_context).to(attention) + d_contexts[:, i]  # (batch, annotation)
             d_context[:, i] = d_c
-            args = (queries[i], keys, v, annotations, alphas[:, i], d_c, d_alphas[:, i], d_keys)
-            d_v_i, d_queries[i] = attention_backward(*args)  # (d_queries: cast to the compute dtype)
+            d_alpha, term = d_alphas[:, i], None
+            if ctx.covered:  # C_i = C_{i-1} + alpha_i / Phi
+                d_alpha = d_alpha + d_cov * inverse_fertility
+                d_inverse_fertility += d_cov * alphas[:, i]
+                term = coverage_term(coverages[i], w_coverage)
+            args = (queries[i], keys, v, annotations, alphas[:, i], d_c, d_alpha, d_keys, term)
+            d_v_i, d_queries[i], d_pre = attention_backward(*args)  # (d_queries: cast to the compute dtype)
             d_v += d_v_i
+            if ctx.covered:  # the score's V_a C_{i-1,j}: d C_{i-1,j} += d (V_a C_{i-1,j}) . V_a
+                d_cov = d_cov + (d_pre @ w_coverage.to(d_pre.dtype)).to(wide)
+                d_w_coverage += (d_pre * coverages[i].unsqueeze(-1).to(d_pre.dtype)).sum((0, 1))
             ds = ds * gates[i, 1] + d_gates_h[i] @ w_hh + d_queries[i] @ w_query + d_previous[:, i]
-            if first:  # through s'_i = GRU_1(s_{i-1}, x'_i)
+            if ctx.first:  # through s'_i = GRU_1(s_{i-1}, x'_i)
                 s_before = s0 if i == 0 else updated[:, i - 1]
                 d_first_static[:, i], d_first_gates_h[i] = gru_backward(ds, s_before, first_gates[i])
                 ds = ds * first_gates[i, 1] + d_first_gates_h[i] @ first_w_hh
@@ -228,12 +289,20 @@ class AttentiveGRU(torch.autograd.Function):
         # (batch, src_len, steps) @ (batch, steps, annotation): sum_i alpha_ij d c_i
         d_annotations = torch.bmm(alphas.transpose(1, 2).to(attention), d_context)
         weights = (d_w_query, d_v, d_w_context, d_w_hh, d_gates_h.sum(0))
-        first_weights = ()
-        if first:  # GRU_1 read s_0 .. s_{T-1}
+        first_weights = (None, None, None)
+        if ctx.first:  # GRU_1 read s_0 .. s_{T-1}
             d_first_gates_h = d_first_gates_h.flatten(0, 1)
             inputs = step_major(torch.cat([s0.unsqueeze(1), updated[:, :-1]], dim=1))
             first_weights = (d_first_static, d_first_gates_h.T @ inputs, d_first_gates_h.sum(0))
-        return None, d_keys, d_annotations, None, d_static, ds, *weights, *first_weights
+        coverage_weights = (None, None, None)
+        if ctx.covered:  # d C_0, d (1 / Phi), d V_a
+            coverage_weights = (d_cov, d_inverse_fertility, d_w_coverage)
+        return None, d_keys, d_annotations, None, d_static, ds, *weights, *first_weights, *coverage_weights
+
+
+def coverage_term(coverage: Tensor, w_coverage: Tensor) -> Tensor:
+    """V_a C_{i-1,j} (batch, 1, src_len, dim) of a linguistic coverage C (batch, src_len) and V_a (dim,)."""
+    return (coverage.unsqueeze(-1) * w_coverage).unsqueeze(1)
 
 
 def feeding_gru(
@@ -334,16 +403,19 @@ def additive_backward(
     d_c: Tensor,
     d_alpha: Tensor,
     d_keys: Tensor,
-) -> tuple[Tensor, Tensor]:
+    coverage: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """The attention's part of step i's backward, from d c_i (batch, annotation) and any direct
-    d alpha_i (batch, src_len): returns d v_a (dim,) and d (W_a s_{i-1}) (batch, dim), and adds d keys into
-    `d_keys` (batch, src_len, dim). One function so that `kernel` can compile it as a whole.
+    d alpha_i (batch, src_len), with a coverage's term V_a C_{i-1} (batch, 1, src_len, dim) or None: returns
+    d v_a (dim,), d (W_a s_{i-1}) (batch, dim) and d (W_a s_{i-1} + U_a h_j + V_a C_{i-1,j}) (batch, src_len,
+    dim), and adds d keys into `d_keys` (batch, src_len, dim). One function so that `kernel` can compile it
+    as a whole.
     """
     d_e = scores_backward(d_c, annotations, alpha, d_alpha)
     # e_ij = 2 v.sigma_ij - sum v with sigma_ij = sigmoid(2 (q_i + k_j)). d v keeps the - sum_j d_e_ij
     # term although it is 0 in exact arithmetic: it cancels most of the rounding error of d_e.
-    half = additive_half(query, keys).squeeze(1)  # (batch, src_len, dim), recomputed
+    half = additive_half(query, keys, coverage).squeeze(1)  # (batch, src_len, dim), recomputed
     d_v = 2 * (d_e.view(1, -1) @ half.view(-1, half.size(-1))).squeeze(0) - d_e.sum()
     d_pre = torch.ops.aten.sigmoid_backward((4 * d_e).unsqueeze(2) * v, half)  # d (q_i + k_j)
     d_keys.add_(d_pre)
-    return d_v, d_pre.sum(1)
+    return d_v, d_pre.sum(1), d_pre
