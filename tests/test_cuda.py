@@ -34,7 +34,7 @@ from helpers import (
 )
 
 from seq2seq_attn.model import seq2seq
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint
 from seq2seq_attn.training import train as train_module
 
 FUSED_DECODERS = [("rnnsearch", "bahdanau"), ("luong-feed", "general")]  # one per fused Function

@@ -29,9 +29,9 @@ from safetensors.torch import load_file
 
 import seq2seq_attn as s2s
 from seq2seq_attn.decoding import model_folder
-from seq2seq_attn.decoding.average import average_checkpoints
-from seq2seq_attn.decoding.run_folder import load_trained
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.average import average_checkpoints
+from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.run_folder import load_trained
 
 LINES = ["the cat sat", "", "a dog ran home"]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot's name in the hub cache

@@ -115,9 +115,9 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_AVERAGE_HELP, show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
-    from ..decoding.average import average_checkpoints
-    from ..decoding.run_folder import average_latest
-    from ..model.checkpoint import save_checkpoint
+    from ..runs.average import average_checkpoints
+    from ..runs.checkpoint import save_checkpoint
+    from ..runs.run_folder import average_latest
 
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:

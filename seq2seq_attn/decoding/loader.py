@@ -3,7 +3,7 @@
 `translate`, `eval --model`, `score`, `align`, the Python API and the benchmarks all load through
 `load_one` (one model) or `load_runs`, so a run is searched alike everywhere, and each takes what
 `load_one` takes: a run folder or checkpoint file, an exported model folder (model_folder.py), or a model
-on the Hugging Face hub, `hf://OWNER/NAME` (hub.py). One run is searched as itself; several are checked
+on the Hugging Face hub, `hf://OWNER/NAME` (runs/hub.py). One run is searched as itself; several are checked
 to share the target vocabulary and searched as one `Ensemble` (ensemble.py). The search uses the first
 run's `decode` section with the caller's changes, each checked as a config value; `decode.precision:
 int8` searches an int8 copy (int8.py) and `decode.lexical_shortlist` the run's shortlist (shortlist.py).
@@ -24,11 +24,12 @@ from torch import nn
 
 from ..config import Config, DecodeConfig, override
 from ..errors import UserError
-from ..model.checkpoint import weights_fingerprint
+from ..runs import hub
+from ..runs.checkpoint import weights_fingerprint
+from ..runs.run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
 from ..vocab.pieces import Vocab
-from . import hub, int8, model_folder
+from . import int8, model_folder
 from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
-from .run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
 from .shortlist import Shortlisted, load_table
 from .translate import Translator
 
@@ -99,8 +100,8 @@ class Trained:
 
 def load_one(path: str | Path, device: torch.device | str = "cpu", average: int = 0) -> Trained:
     """The trained model `path` names, whatever names it: `hf://OWNER/NAME[@REVISION]` (fetched from the
-    hub, hub.py), an exported model folder (model_folder.py), a run folder or a checkpoint file
-    (run_folder.py; with `average` K > 0, its last K step-N.pt checkpoints averaged). The one place that
+    hub, runs/hub.py), an exported model folder (model_folder.py), a run folder or a checkpoint file
+    (runs/run_folder.py; with `average` K > 0, its last K step-N.pt checkpoints averaged). The one place that
     tells them apart, so that every decode takes every kind."""
     on_hub = hub.hub_model(path)
     local = hub.local_path(path, list(model_folder.LOADED_FILES))

@@ -39,11 +39,10 @@ from ..config.constants import SPLITS
 from ..data.prepare import MANIFEST
 from ..errors import UserError
 from ..io import atomic_folder, atomic_write, read_json, write_json, write_text
-from ..model.checkpoint import weights_fingerprint
 from ..model.summary import count_parameters
-from ..vocab.pieces import Vocab
-from .hub import HUB_PREFIX
-from .run_folder import (
+from ..runs.checkpoint import weights_fingerprint
+from ..runs.hub import HUB_PREFIX
+from ..runs.run_folder import (
     VOCAB_DIR,
     averaged_weights,
     checkpoint_payload,
@@ -51,6 +50,7 @@ from .run_folder import (
     resolve_checkpoint,
     run_dir_of,
 )
+from ..vocab.pieces import Vocab
 from .shortlist import TABLE_FILE, find_table, load_table
 
 LIBRARY = "seq2seq-attn"  # config.json's `library_name`, and the card's

@@ -13,7 +13,7 @@ The table is kept in the run folder: `lexical_shortlist.npz` when learned from t
 `lexical_shortlist.<checkpoint>.npz` (e.g. `lexical_shortlist.step-500.npz`) when learned from another
 checkpoint file. It holds `candidates` (source vocabulary, top_k) target ids (-1 where a source piece has
 fewer), `frequent` (the most frequent target ids), and which weights it was learned from: the checkpoint
-file's name and the weights' fingerprint (`model/checkpoint.weights_fingerprint`). Translating with other
+file's name and the weights' fingerprint (`runs/checkpoint.weights_fingerprint`). Translating with other
 weights (the run trained on, another checkpoint, `--average`) uses the table still, with a warning, once
 per table: the candidates of other weights are still plausible, but no longer the model's own.
 `seq2seq export` copies the table into the exported model folder (model_folder.py) with what it records,

@@ -24,10 +24,10 @@ from ..config.constants import SIDES
 from ..console import progress
 from ..errors import UserError
 from ..io import read_lines
-from ..model.checkpoint import weights_fingerprint
+from ..runs.checkpoint import weights_fingerprint
+from ..runs.run_folder import load_trained, resolve_checkpoint, run_dir_of
 from ..vocab.pieces import Vocab, data_file
 from .forced import by_source_length, forced_pass
-from .run_folder import load_trained, resolve_checkpoint, run_dir_of
 from .shortlist import LexicalTable, coverage, frequent_pieces, save_table
 
 CHUNK_PAIRS = 2000  # pairs forced through the model between two merges of the counts

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 from ..config import Config, EvalConfig, override
 from ..console import info
 from ..data import moses
-from ..decoding.hub import hub_model
 from ..errors import UserError
 from ..io import read_json, write_text
+from ..runs.hub import hub_model
 from .by_length import (
     Subset,
     System,

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from ..config import Config, to_dict
-from ..decoding.run_folder import LATEST, checkpoint_dir
 from ..errors import UserError
-from ..model.checkpoint import load_checkpoint
+from ..runs.checkpoint import load_checkpoint
+from ..runs.run_folder import LATEST, checkpoint_dir
 from ..vocab.batching import BatchStream
 from .distributed import Ranks
 from .log import improves, rank_value
