@@ -32,7 +32,8 @@ from seq2seq_attn.decoding.search import (
     score_bound,
     translate_ids,
 )
-from seq2seq_attn.decoding.shortlist import LexicalTable, Shortlisted
+from seq2seq_attn.decoding.shortlist import Shortlisted
+from seq2seq_attn.decoding.shortlist_table import LexicalTable
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.recurrent import RecurrentStack

@@ -30,7 +30,8 @@ from ..runs.run_folder import averaged_weights, load_trained, resolve_checkpoint
 from ..vocab.pieces import Vocab
 from . import int8, model_folder
 from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
-from .shortlist import Shortlisted, load_table
+from .shortlist import Shortlisted
+from .shortlist_table import load_table
 from .translate import Translator
 
 DECODE_PREFIX = "decode."  # how the library names a decode key in its messages

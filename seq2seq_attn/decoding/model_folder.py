@@ -51,7 +51,7 @@ from ..runs.run_folder import (
     run_dir_of,
 )
 from ..vocab.pieces import Vocab
-from .shortlist import TABLE_FILE, find_table, load_table
+from .shortlist_table import TABLE_FILE, find_table, load_table
 
 LIBRARY = "seq2seq-attn"  # config.json's `library_name`, and the card's
 FORMAT = 1  # config.json's `format`: bump when a reader of the old one would misread the new one
