@@ -26,12 +26,12 @@ import torch
 
 from .config import Config, DecodeConfig, override
 from .decoding.loader import Runs, load_runs
-from .decoding.model_folder import REPORT_FILE
 from .decoding.translate import Translation, Translator
 from .errors import UserError
 from .evaluation.likelihood import Score, Scorer
 from .io import read_json
 from .model.summary import count_parameters
+from .runs.model_folder import REPORT_FILE
 
 PathLike = str | Path
 NBEST_KEYS = {"nbest": "n", "beam_size": "n"}  # how `Model.nbest` names the keys it sets, for errors

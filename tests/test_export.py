@@ -28,7 +28,7 @@ from helpers import (
 from safetensors.torch import load_file
 
 import seq2seq_attn as s2s
-from seq2seq_attn.decoding import model_folder
+from seq2seq_attn.runs import model_folder
 from seq2seq_attn.runs.average import average_checkpoints
 from seq2seq_attn.runs.checkpoint import load_checkpoint
 from seq2seq_attn.runs.run_folder import load_trained

@@ -33,10 +33,10 @@ from seq2seq_attn.decoding.search import (
     translate_ids,
 )
 from seq2seq_attn.decoding.shortlist import Shortlisted
-from seq2seq_attn.decoding.shortlist_table import LexicalTable
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.recurrent import RecurrentStack
+from seq2seq_attn.runs.shortlist_table import LexicalTable
 from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PENALTIES = ["none", "average", "gnmt"]

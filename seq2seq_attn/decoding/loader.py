@@ -2,7 +2,7 @@
 
 `translate`, `eval --model`, `score`, `align`, the Python API and the benchmarks all load through
 `load_one` (one model) or `load_runs`, so a run is searched alike everywhere, and each takes what
-`load_one` takes: a run folder or checkpoint file, an exported model folder (model_folder.py), or a model
+`load_one` takes: a run folder or checkpoint file, an exported model folder (runs/model_folder.py), or a model
 on the Hugging Face hub, `hf://OWNER/NAME` (runs/hub.py). One run is searched as itself; several are checked
 to share the target vocabulary and searched as one `Ensemble` (ensemble.py). The search uses the first
 run's `decode` section with the caller's changes, each checked as a config value; `decode.precision:
@@ -24,14 +24,14 @@ from torch import nn
 
 from ..config import Config, DecodeConfig, override
 from ..errors import UserError
-from ..runs import hub
+from ..runs import hub, model_folder
 from ..runs.checkpoint import weights_fingerprint
 from ..runs.run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
+from ..runs.shortlist_table import load_table
 from ..vocab.pieces import Vocab
-from . import int8, model_folder
+from . import int8
 from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
 from .shortlist import Shortlisted
-from .shortlist_table import load_table
 from .translate import Translator
 
 DECODE_PREFIX = "decode."  # how the library names a decode key in its messages
@@ -101,7 +101,7 @@ class Trained:
 
 def load_one(path: str | Path, device: torch.device | str = "cpu", average: int = 0) -> Trained:
     """The trained model `path` names, whatever names it: `hf://OWNER/NAME[@REVISION]` (fetched from the
-    hub, runs/hub.py), an exported model folder (model_folder.py), a run folder or a checkpoint file
+    hub, runs/hub.py), an exported model folder (runs/model_folder.py), a run folder or a checkpoint file
     (runs/run_folder.py; with `average` K > 0, its last K step-N.pt checkpoints averaged). The one place that
     tells them apart, so that every decode takes every kind."""
     on_hub = hub.hub_model(path)

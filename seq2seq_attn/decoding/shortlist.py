@@ -8,7 +8,7 @@ follow-up, with candidate lists from a word-alignment dictionary). This module s
 dictionary: the search restricts the output layer to the pieces a sentence may use.
 
 The dictionary is learned from the trained model's own attention (shortlist_learning.py) and kept in the
-run folder (shortlist_table.py).
+run folder (runs/shortlist_table.py).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from torch import Tensor, nn
 
 from ..model.recurrent import product
 from ..model.states import DecoderState, EncoderOutput
+from ..runs.shortlist_table import LexicalTable
 from .int8 import Int8Linear, Int8Weight
-from .shortlist_table import LexicalTable
 
 PAD_TO = 8  # the candidate count is padded to a multiple of this, for the matrix product's kernels
 

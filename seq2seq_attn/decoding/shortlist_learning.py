@@ -27,9 +27,9 @@ from ..errors import UserError
 from ..io import read_lines
 from ..runs.checkpoint import weights_fingerprint
 from ..runs.run_folder import load_trained, resolve_checkpoint, run_dir_of
+from ..runs.shortlist_table import LexicalTable, save_table
 from ..vocab.pieces import Vocab, data_file
 from .forced import by_source_length, forced_pass
-from .shortlist_table import LexicalTable, save_table
 
 CHUNK_PAIRS = 2000  # pairs forced through the model between two merges of the counts
 

@@ -1,5 +1,5 @@
-"""The lexical shortlist's file: a run's table of candidate target pieces per source piece (shortlist.py
-searches with it, shortlist_learning.py learns it).
+"""The lexical shortlist's file: a run's table of candidate target pieces per source piece
+(decoding/shortlist.py searches with it, decoding/shortlist_learning.py learns it).
 
 The table is kept in the run folder: `lexical_shortlist.npz` when learned from the run's best checkpoint,
 `lexical_shortlist.<checkpoint>.npz` (e.g. `lexical_shortlist.step-500.npz`) when learned from another

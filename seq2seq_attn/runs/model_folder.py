@@ -1,7 +1,7 @@
 """The exported model folder: one trained model in the Hugging Face hub's layout, safe to load from anyone.
 
 `seq2seq export RUN -o DIR` writes it (`export_run`) and every decode reads it where it reads a run
-(`loader.load_one`):
+(`decoding/loader.load_one`):
 
     DIR/
       README.md              the model card: YAML front matter for the hub (library, tags, languages), the
@@ -40,9 +40,10 @@ from ..data.prepare import MANIFEST
 from ..errors import UserError
 from ..io import atomic_folder, atomic_write, read_json, write_json, write_text
 from ..model.summary import count_parameters
-from ..runs.checkpoint import weights_fingerprint
-from ..runs.hub import HUB_PREFIX
-from ..runs.run_folder import (
+from ..vocab.pieces import Vocab
+from .checkpoint import weights_fingerprint
+from .hub import HUB_PREFIX
+from .run_folder import (
     VOCAB_DIR,
     averaged_weights,
     checkpoint_payload,
@@ -50,7 +51,6 @@ from ..runs.run_folder import (
     resolve_checkpoint,
     run_dir_of,
 )
-from ..vocab.pieces import Vocab
 from .shortlist_table import TABLE_FILE, find_table, load_table
 
 LIBRARY = "seq2seq-attn"  # config.json's `library_name`, and the card's
