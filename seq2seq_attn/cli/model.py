@@ -1,5 +1,5 @@
 """`seq2seq model-info`: the model a config describes, its architecture and parameters, without training;
-`seq2seq export`: a trained run as a model folder to share (decoding/model_folder.py), pushed to the
+`seq2seq export`: a trained run as a model folder to share (runs/export.py), pushed to the
 Hugging Face hub with `--push` (runs/hub.py)."""
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def export_command(
     pickle), config.json, the sentencepiece models, the lexical shortlist when the run has one, and a
     model card (README.md). `seq2seq translate --model`, `eval`, `score` and `s2s.load` take the folder,
     or hf://OWNER/NAME once it is pushed."""
+    from ..runs.export import export_run
     from ..runs.hub import HUB_PREFIX, check_repo_id, push_folder
-    from ..runs.model_folder import export_run
 
     if plot is not None and report is None:
         raise UserError("--plot is the figure of a report: give --report too")
