@@ -28,7 +28,7 @@ from .config import Config, DecodeConfig, override
 from .decoding.loader import Runs, load_runs
 from .decoding.translate import Translation, Translator
 from .errors import UserError
-from .evaluation.likelihood import Score, Scorer
+from .evaluation.models.likelihood import Score, Scorer
 from .io import read_json
 from .model.summary import count_parameters
 from .runs.model_folder import REPORT_FILE

@@ -12,7 +12,9 @@ from helpers import with_eval_section
 
 from seq2seq_attn.cli import main
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.align import (
+from seq2seq_attn.evaluation.metrics.by_length import bucket_labels
+from seq2seq_attn.evaluation.metrics.diagnostics import merge_matrix, word_attention
+from seq2seq_attn.evaluation.models.align import (
     AlignmentCorpus,
     GoldLinks,
     alignment_scores,
@@ -26,8 +28,6 @@ from seq2seq_attn.evaluation.align import (
     read_gold,
     score_links,
 )
-from seq2seq_attn.evaluation.by_length import bucket_labels
-from seq2seq_attn.evaluation.diagnostics import merge_matrix, word_attention
 from seq2seq_attn.runs.run_folder import load_trained
 
 

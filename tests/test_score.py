@@ -13,7 +13,7 @@ from helpers import assert_one_line_error, run_main
 
 from seq2seq_attn.decoding.search import translate_ids
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.likelihood import (
+from seq2seq_attn.evaluation.models.likelihood import (
     Score,
     Scorer,
     format_score,

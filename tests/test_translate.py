@@ -24,7 +24,7 @@ from seq2seq_attn.cli.translate import register
 from seq2seq_attn.config import DecodeConfig
 from seq2seq_attn.decoding.translate import Translator, piece_words, translate_stream
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
+from seq2seq_attn.evaluation.models.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
 from seq2seq_attn.runs.average import average_checkpoints
 from seq2seq_attn.runs.checkpoint import load_checkpoint
 from seq2seq_attn.runs.run_folder import latest_checkpoints, load_trained

@@ -1,5 +1,5 @@
 """`seq2seq align`: how well a run's attention aligns words, as AER against gold alignments
-(evaluation/align.py).
+(evaluation/models/align.py).
 
 torch and matplotlib are imported inside the command, so `seq2seq --help` stays fast.
 """
@@ -13,7 +13,7 @@ import typer
 
 from ..console import info
 from ..errors import UserError
-from ..evaluation.by_length import check_edges, parse_edges
+from ..evaluation.metrics.by_length import check_edges, parse_edges
 from ..io import check_writable, write_json, write_text
 from .options import Device, device_option, model_option, run_default_option
 
@@ -89,7 +89,7 @@ def align_command(
     """Force each reference through a trained model, turn its attention into word links and score them
     against gold alignments: AER, precision and recall (Och & Ney 2003), beside a diagonal baseline."""
     from ..decoding.loader import load_one
-    from ..evaluation.align import (
+    from ..evaluation.models.align import (
         alignment_section,
         attention_scores,
         diagonal_links,

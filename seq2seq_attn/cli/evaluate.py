@@ -1,5 +1,6 @@
 """`seq2seq eval`: sacrebleu BLEU/chrF of one or more systems, by sentence length
-(evaluation/by_length.py scores, evaluation/systems.py brings trained runs in and writes the outputs)."""
+(evaluation/metrics/by_length.py scores, evaluation/models/systems.py brings trained runs in and writes
+the outputs)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,14 @@ import typer
 from ..config import EvalConfig, choices_enum, override
 from ..config.loader import apply_override
 from ..errors import UserError
-from ..evaluation.by_length import comparison_pairs, load_systems, parse_edges
-from ..evaluation.systems import default_run_label, evaluate_runs, read_alignment, write_html, write_report
+from ..evaluation.metrics.by_length import comparison_pairs, load_systems, parse_edges
+from ..evaluation.models.systems import (
+    default_run_label,
+    evaluate_runs,
+    read_alignment,
+    write_html,
+    write_report,
+)
 from ..io import check_writable
 from .config import SET
 from .options import run_default_option
@@ -185,7 +192,7 @@ def eval_command(
         if destination is not None:
             check_writable(destination)
     if plot is not None:
-        from ..evaluation.plots import image_format  # matplotlib is slow to import: only when drawing
+        from ..evaluation.metrics.plots import image_format  # matplotlib is slow to import: only when drawing
 
         image_format(plot)
     given = {

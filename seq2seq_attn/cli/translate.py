@@ -100,7 +100,9 @@ def translate_command(
 
     each = None
     if attention is not None:
-        from ..evaluation.heatmap import attention_files  # matplotlib is slow to import: only when drawing
+        from ..evaluation.models.heatmap import (
+            attention_files,  # matplotlib is slow to import: only when drawing
+        )
 
         each = attention_files(translator, attention)
     count = translate_file(translator, input_path, output_path, scores, each)

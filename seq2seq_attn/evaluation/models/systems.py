@@ -16,13 +16,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import Config, EvalConfig, override
-from ..console import info
-from ..data import moses
-from ..errors import UserError
-from ..io import read_json, write_text
-from ..runs.hub import hub_model
-from .by_length import (
+from ...config import Config, EvalConfig, override
+from ...console import info
+from ...data import moses
+from ...errors import UserError
+from ...io import read_json, write_text
+from ...runs.hub import hub_model
+from ..metrics.by_length import (
     Subset,
     System,
     TokenisedBleu,
@@ -33,15 +33,15 @@ from .by_length import (
     read_text,
     shortlist_subset,
 )
-from .diagnostics import SentenceAttention
-from .report import render
+from ..metrics.diagnostics import SentenceAttention
+from ..metrics.report import render
 
 if TYPE_CHECKING:
     import torch
 
-    from ..decoding.loader import Runs
-    from ..decoding.translate import Translation, Translator
-    from ..vocab.pieces import Vocab
+    from ...decoding.loader import Runs
+    from ...decoding.translate import Translation, Translator
+    from ...vocab.pieces import Vocab
 
 # the `eval` keys a call may override
 EVAL_KEYS = ("buckets", "bucket_by", "words", "bootstrap", "seed", "min_bucket_size", "significance")
@@ -108,7 +108,7 @@ def translate_run(
     """Translate `sources` with a trained run (or the ensemble of `runs`) and its own decode settings (the
     first run's) changed by `decode` (key -> value, `eval --set decode.KEY=VALUE`), and keep the
     hypotheses file. Says how many sources were cut to `decode.max_src_tokens` pieces."""
-    from ..decoding.loader import load_runs
+    from ...decoding.loader import load_runs
 
     loaded = load_runs(runs, device)
     translator = loaded.translator(decode, {key: f"--set decode.{key}" for key in decode or {}})
@@ -224,7 +224,7 @@ def evaluate_runs(
     sacrebleu's BLEU and chrF are case-insensitive with `lowercase`, or when a run writes lowercased text
     (`Vocab.lowercases`), so that every system of one report is scored alike.
     """
-    from ..model.device import resolve_device
+    from ...model.device import resolve_device
 
     references = read_text(references_path)
     sources = read_text(sources_path) if sources_path is not None else None
@@ -296,7 +296,12 @@ def write_report(report: dict[str, Any], fmt: str | None, output: Path | None, p
         shown = render(report, "text")
         info(f"wrote {output}")
     if plot is not None:
-        from .plots import diagnostics_figure, diagnostics_path, save_curve, save_figure  # (slow to import)
+        from ..metrics.plots import (  # (slow to import)
+            diagnostics_figure,
+            diagnostics_path,
+            save_curve,
+            save_figure,
+        )
 
         save_curve(report, plot)
         info(f"wrote {plot}")
@@ -316,8 +321,8 @@ def read_alignment(path: Path) -> dict[str, Any]:
 
 def attention_heatmaps(run: TranslatedRun, sources: list[str], lines: Sequence[int]) -> list[dict[str, str]]:
     """[{"title", "svg"}] of the given source lines, as the run attends while translating them."""
+    from ..metrics.plots import svg_text
     from .heatmap import attention_figure
-    from .plots import svg_text
 
     run.translator.with_attention = True
     heatmaps = []
@@ -331,9 +336,9 @@ def attention_heatmaps(run: TranslatedRun, sources: list[str], lines: Sequence[i
 
 def write_html(path: Path, evaluation: Evaluation, alignment: dict[str, Any] | None = None) -> None:
     """The self-contained HTML report (see `html_report`); heat maps of the trained runs with attention."""
+    from ..metrics.html_report import render_html
+    from ..metrics.plots import curve_figure, diagnostics_figure, svg_text  # (matplotlib: slow to import)
     from .heatmap import pick_by_length
-    from .html_report import render_html
-    from .plots import curve_figure, diagnostics_figure, svg_text  # (matplotlib: slow to import)
 
     report = evaluation.report
     curve = svg_text(curve_figure(report)) if report["buckets"] else ""

@@ -44,10 +44,10 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Score
 
-from ..config import EvalConfig
-from ..data import moses
-from ..errors import UserError
-from ..io import read_lines
+from ...config import EvalConfig
+from ...data import moses
+from ...errors import UserError
+from ...io import read_lines
 from .bleu import bleu_metric, tokenised_bleu
 from .bootstrap import (
     ALPHA,
@@ -62,7 +62,7 @@ from .diagnostics import SentenceAttention, bucket_row, sentence_counts
 from .report import INTERVAL, METRICS, length_unit, moses_lang_of, words_label
 
 if TYPE_CHECKING:
-    from ..vocab.pieces import Vocab
+    from ...vocab.pieces import Vocab
 
 REPORT_FORMAT = "seq2seq-attn eval report"
 REPORT_VERSION = 2
