@@ -12,7 +12,7 @@ from helpers import with_eval_section
 
 from seq2seq_attn.cli import main
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.metrics.by_length import bucket_labels
+from seq2seq_attn.evaluation.metrics.buckets import bucket_labels
 from seq2seq_attn.evaluation.metrics.diagnostics import merge_matrix, word_attention
 from seq2seq_attn.evaluation.models.align import (
     AlignmentCorpus,

@@ -17,17 +17,12 @@ from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
 from seq2seq_attn.evaluation.metrics.bootstrap import bleu_scores, sentence_stats
-from seq2seq_attn.evaluation.metrics.by_length import (
-    System,
-    bucket_index,
-    bucket_labels,
-    check_edges,
-    evaluate,
-    merge_reports,
-    parse_edges,
-)
+from seq2seq_attn.evaluation.metrics.buckets import bucket_index, bucket_labels, check_edges, parse_edges
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
 from seq2seq_attn.evaluation.metrics.plots import curve_figure, save_curve
 from seq2seq_attn.evaluation.metrics.report import render
+from seq2seq_attn.evaluation.metrics.saved_reports import merge_reports
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -21,7 +21,8 @@ from seq2seq_attn.data.prepare import prepare
 from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
-from seq2seq_attn.evaluation.metrics.by_length import System, evaluate
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
 from seq2seq_attn.model import build_model
 from seq2seq_attn.vocab.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.vocab.pieces import Vocab, build_vocab

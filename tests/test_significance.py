@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.metrics.by_length import System, evaluate
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
 from seq2seq_attn.evaluation.metrics.plots import curve_figure
 from seq2seq_attn.evaluation.metrics.report import render
 

@@ -13,7 +13,7 @@ import typer
 
 from ..console import info
 from ..errors import UserError
-from ..evaluation.metrics.by_length import check_edges, parse_edges
+from ..evaluation.metrics.buckets import check_edges, parse_edges
 from ..io import check_writable, write_json, write_text
 from .options import Device, device_option, model_option, run_default_option
 

@@ -12,7 +12,9 @@ import typer
 from ..config import EvalConfig, choices_enum, override
 from ..config.loader import apply_override
 from ..errors import UserError
-from ..evaluation.metrics.by_length import comparison_pairs, load_systems, parse_edges
+from ..evaluation.metrics.buckets import parse_edges
+from ..evaluation.metrics.by_length import comparison_pairs
+from ..evaluation.metrics.inputs import load_systems
 from ..evaluation.models.systems import (
     default_run_label,
     evaluate_runs,

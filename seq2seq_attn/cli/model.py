@@ -100,8 +100,8 @@ def export_command(
 
 def read_evaluation(report: Path, plot: Path | None) -> Evaluation:
     """The eval report (and figure) for the model card: checked, its tables rendered in markdown."""
-    from ..evaluation.metrics.by_length import check_report
     from ..evaluation.metrics.report import render
+    from ..evaluation.metrics.saved_reports import check_report
     from ..runs.model_folder import FIGURE_SUFFIXES, Evaluation
 
     found = check_report(read_json(report), str(report))

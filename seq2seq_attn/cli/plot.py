@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..console import info
-from ..evaluation.metrics.by_length import merge_reports
+from ..evaluation.metrics.saved_reports import merge_reports
 from ..io import read_json
 
 plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=True)

@@ -51,7 +51,7 @@ from ...config import EvalConfig
 from ...decoding.forced import by_source_length, forced_pass
 from ...errors import UserError
 from ...io import read_lines
-from ..metrics.by_length import bucket_index, bucket_labels, word_counts
+from ..metrics.buckets import bucket_index, bucket_labels, word_counts
 from ..metrics.diagnostics import word_attention
 
 GOLD_FORMATS = ("pharaoh", "naacl")

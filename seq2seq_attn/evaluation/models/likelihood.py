@@ -39,7 +39,7 @@ from ...errors import UserError
 from ...io import read_lines
 from ...model.device import uses_bf16
 from ...vocab.pieces import Vocab
-from ..metrics.by_length import bucket_index, bucket_labels, check_edges, word_counts, words_unit
+from ..metrics.buckets import bucket_index, bucket_labels, check_edges, word_counts, words_unit
 from ..metrics.report import words_label
 
 

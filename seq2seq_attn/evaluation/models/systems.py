@@ -1,9 +1,9 @@
 """`seq2seq eval` around the scoring: trained runs as systems, the options they imply, the report files.
 
-`by_length.py` scores hypotheses. This module brings trained runs in (it translates the sources with each
-run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller leaves unset
-from those runs' configs, and writes what the report becomes: the table in a file, the length curve and
-the self-contained HTML page with heat maps of how the runs attend.
+`metrics/by_length.py` scores hypotheses. This module brings trained runs in (it translates the sources
+with each run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller
+leaves unset from those runs' configs, and writes what the report becomes: the table in a file, the
+length curve and the self-contained HTML page with heat maps of how the runs attend.
 
 A system may be an ensemble of runs (decoding/ensemble.py): it translates with the first run's decode
 settings, and its first run's config stands for it (its `eval` and `data` sections, whether it has attention).
@@ -22,18 +22,10 @@ from ...data import moses
 from ...errors import UserError
 from ...io import read_json, write_text
 from ...runs.hub import hub_model
-from ..metrics.by_length import (
-    Subset,
-    System,
-    TokenisedBleu,
-    check_aligned,
-    comparison_pairs,
-    differing_examples,
-    evaluate,
-    read_text,
-    shortlist_subset,
-)
+from ..metrics.by_length import Subset, TokenisedBleu, comparison_pairs, evaluate, shortlist_subset
 from ..metrics.diagnostics import SentenceAttention
+from ..metrics.examples import differing_examples
+from ..metrics.inputs import System, check_aligned, read_text
 from ..metrics.report import render
 
 if TYPE_CHECKING:
