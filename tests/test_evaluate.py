@@ -67,8 +67,8 @@ def test_parse_edges():
     assert parse_edges("0,5,50") == [0, 5, 50]
     with pytest.raises(UserError, match="eval.buckets '0,ten': expected comma-separated whole numbers"):
         parse_edges("0,ten")
-    with pytest.raises(UserError, match=r"bucket edges \[0, 20, 10\]: .* \(--buckets\)"):
-        parse_edges("0,20,10", "--buckets")
+    with pytest.raises(UserError, match=r"bucket edges \[0, 20, 10\]: .* \(eval.buckets\)"):
+        parse_edges("0,20,10")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -260,8 +260,8 @@ def test_buckets_can_count_moses_words() -> None:
     systems = [System("s", hypotheses)]
     counts = {}
     for words in ("whitespace", "moses"):
-        config = EvalConfig(buckets=[0, 10], words=words, bootstrap=0)
-        report = evaluate(systems, references, sources, by_length=True, config=config, words_lang="en")
+        config = EvalConfig(buckets=[0, 10], words=words, words_lang="en", bootstrap=0)
+        report = evaluate(systems, references, sources, by_length=True, config=config)
         rows = {row["bucket"]: row["count"] for row in report["systems"][0]["rows"] if row["subset"] == "all"}
         counts[words] = (rows["0-10"], rows["10+"])
         assert report["words"] == ("moses:en" if words == "moses" else "whitespace")

@@ -389,7 +389,7 @@ def test_impossible_settings_are_refused_by_the_schema(settings: dict, message: 
     with pytest.raises(UserError, match=message):
         from_dict({"decode": settings})
     with pytest.raises(UserError, match=message):
-        override(DecodeConfig(), settings, "decode.", {key: f"--{key}" for key in settings})
+        override(DecodeConfig(), settings, "decode.")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..config import Config, DecodeConfig, override
-from ..errors import UserError
+from ..errors import UserError, setting
 from ..runs import hub, model_folder
 from ..runs.checkpoint import weights_fingerprint
 from ..runs.run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
@@ -50,12 +50,9 @@ class Runs:
     checkpoints: list[Path]  # the checkpoint file of each run (with `average`, the last one averaged)
     average: int = 0
 
-    def translator(
-        self, decode: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None
-    ) -> Translator:
+    def translator(self, decode: Mapping[str, Any] | None = None) -> Translator:
         """A Translator searching with the first run's `decode` section, changed by the values of `decode`
-        (decode key -> value) that are not None, each checked as a config value; `names` says how the
-        caller calls each key in error messages (default `decode.<key>`). When the runs' source
+        (decode key -> value) that are not None, each checked as a config value. When the runs' source
         vocabularies differ, each model reads the source through its own."""
         changes = dict(decode or {})
         known = {field.name for field in dataclasses.fields(DecodeConfig)}
@@ -64,8 +61,7 @@ class Runs:
             raise UserError(
                 f"{DECODE_PREFIX}{unknown[0]}: no such decode key (the keys: {', '.join(sorted(known))})"
             )
-        names = dict(names) if names else {key: DECODE_PREFIX + key for key in changes}
-        settings = override(self.configs[0].decode, changes, DECODE_PREFIX, names)
+        settings = override(self.configs[0].decode, changes, DECODE_PREFIX)
         shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
         others = [] if shared else self.vocabs[1:]
         model = self.model
@@ -81,7 +77,7 @@ class Runs:
                 averaged_weights(self.average),
             )
         if settings.precision == "int8":
-            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
+            model = int8.search_copy(model, self.device, setting(DECODE_PREFIX + "precision"))
         if table is not None:
             model = Shortlisted(model, table)
         return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
@@ -149,8 +145,7 @@ def load_translator(
     decode: Mapping[str, Any] | None = None,
     *,
     average: int = 0,
-    names: Mapping[str, str] | None = None,
 ) -> Translator:
     """A Translator of one trained run, or of the ensemble of several (`load_runs`), searching with the
     first run's decode settings changed by `decode` (`Runs.translator`)."""
-    return load_runs(paths, device, average).translator(decode, names)
+    return load_runs(paths, device, average).translator(decode)

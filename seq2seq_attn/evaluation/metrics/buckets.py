@@ -19,26 +19,27 @@ import numpy as np
 
 from ...config import EvalConfig
 from ...data import moses
-from ...errors import UserError
+from ...errors import UserError, setting
 
 
-def parse_edges(text: str, option: str = "eval.buckets") -> list[int]:
-    """'0,10,20' -> [0, 10, 20] (then validated by `check_edges`); `option` names the text in errors."""
+def parse_edges(text: str) -> list[int]:
+    """'0,10,20' -> [0, 10, 20], the `eval.buckets` the caller gives as text, checked by `check_edges`."""
+    key = setting("eval.buckets")
     try:
         edges = [int(part) for part in text.split(",")]
     except ValueError:
-        raise UserError(
-            f"{option} {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30"
-        ) from None
-    return check_edges(edges, option)
+        raise UserError(f"{key} {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30") from None
+    return check_edges(edges, key)
 
 
-def check_edges(edges: Sequence[int], option: str = "eval.buckets") -> list[int]:
+def check_edges(edges: Sequence[int], key: str = "eval.buckets") -> list[int]:
+    """The edges as a list, when they make buckets; `key` names them in the error (a config's key, or
+    where the caller set it)."""
     edges = list(edges)
     if not edges or edges[0] != 0 or any(low >= high for low, high in pairwise(edges)):
         raise UserError(
             f"bucket edges {edges}: expected strictly increasing word counts starting at 0, e.g. 0,10,20 "
-            f"({option})"
+            f"({key})"
         )
     return edges
 

@@ -39,7 +39,7 @@ from sacrebleu.metrics.base import Score
 
 from ...config import EvalConfig
 from ...data import moses
-from ...errors import UserError
+from ...errors import UserError, setting
 from .bleu import bleu_metric, tokenised_bleu
 from .bootstrap import (
     ALPHA,
@@ -193,15 +193,15 @@ def groups(subset: Subset, buckets: np.ndarray | None, labels: Sequence[str]) ->
 # paired comparisons
 
 
-def comparison_pairs(
-    labels: Sequence[str], baseline: str | None, option: str = "baseline"
-) -> list[tuple[int, int]]:
-    """(system, baseline) index pairs: each system against `baseline`, or every pair in report order;
-    `option` names the baseline in errors."""
+def comparison_pairs(labels: Sequence[str], baseline: str | None) -> list[tuple[int, int]]:
+    """(system, baseline) index pairs: each system against `baseline` (`eval.baseline`), or every pair in
+    report order."""
     if baseline is None:
         return [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
     if baseline not in labels:
-        raise UserError(f"{option} {baseline!r}: no system has that label (labels: {', '.join(labels)})")
+        raise UserError(
+            f"{setting('eval.baseline')} {baseline!r}: no system has that label (labels: {', '.join(labels)})"
+        )
     base = labels.index(baseline)
     return [(i, base) for i in range(len(labels)) if i != base]
 
@@ -268,16 +268,14 @@ def evaluate(
     sources_path: str = "",
     subsets: Sequence[Subset] = (),
     tokenised: Sequence[TokenisedBleu] = (),
-    baseline: str | None = None,
-    words_lang: str | None = None,
-    lowercase: bool = False,
 ) -> dict[str, Any]:
     """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
-    length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
-    returns the report (see top). `tokenised`: the tokenised BLEUs to report beside sacrebleu's;
-    `words_lang`: the bucketed side's language, for `eval.words: moses`; `lowercase`: sacrebleu's BLEU
-    and chrF case-insensitive (their signatures say case:lc)."""
+    length bucket, and compare each pair of systems (or each with `config.baseline`) on the same
+    sentences; returns the report (see top). `tokenised`: the tokenised BLEUs to report beside
+    sacrebleu's. `config.words_lang` is the bucketed side's language, for `eval.words: moses`;
+    `config.lowercase` makes sacrebleu's BLEU and chrF case-insensitive (their signatures say case:lc)."""
     config = config or EvalConfig()
+    baseline = config.baseline or None
     check_inputs(systems, references, sources, references_path, sources_path)
     for spec in tokenised:
         if spec.references is not None:
@@ -289,7 +287,7 @@ def evaluate(
             )
     edges: list[int] = []
     buckets = None
-    moses_words = words_unit(config, words_lang) if by_length else None
+    moses_words = words_unit(config, config.words_lang) if by_length else None
     if by_length:
         edges = check_edges(config.buckets)
         if config.bucket_by == "source" and sources is None:
@@ -301,7 +299,7 @@ def evaluate(
 
     pairs = comparison_pairs([system.label for system in systems], baseline)
 
-    scorers = Scorers(references, tokenised, lowercase)
+    scorers = Scorers(references, tokenised, config.lowercase)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     by_subset = [  # the stats each subset's rows read: a system's own, or its outputs for that subset
         [
