@@ -272,7 +272,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     its medians, the seeds' range of BLEU as a band."""
     from matplotlib.figure import Figure  # slow to import: only when drawing
 
-    from seq2seq_attn.evaluation.plots import save_figure
+    from seq2seq_attn.evaluation.metrics.plots import save_figure
 
     figure = Figure(figsize=(11, 4.5), layout="constrained")
     cpu, wall = figure.subplots(1, 2, sharey=True)

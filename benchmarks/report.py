@@ -15,7 +15,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from seq2seq_attn.evaluation.report import render_markdown
+from seq2seq_attn.evaluation.metrics.report import render_markdown
 from seq2seq_attn.io import write_json, write_text
 
 from . import logs

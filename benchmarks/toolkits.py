@@ -35,7 +35,7 @@ import seq2seq_attn
 from seq2seq_attn.config import ModelConfig, TrainConfig, load_config
 from seq2seq_attn.config.constants import TOKENIZED_SPLIT
 from seq2seq_attn.io import read_lines, write_text
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint
 from seq2seq_attn.vocab.pieces import Vocab
 
 from . import logs

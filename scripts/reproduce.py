@@ -33,8 +33,8 @@ from pathlib import Path
 
 from seq2seq_attn.config import Config, load_config
 from seq2seq_attn.data import multi30k
-from seq2seq_attn.evaluation.heatmap import pick_by_length
-from seq2seq_attn.evaluation.report import bucket_rows, render
+from seq2seq_attn.evaluation.metrics.report import bucket_rows, render
+from seq2seq_attn.evaluation.models.heatmap import pick_by_length
 from seq2seq_attn.io import read_lines, write_text
 from seq2seq_attn.training.log import METRICS_FILE, read_metrics
 

@@ -19,7 +19,7 @@ _EXPORTS = {
     "Candidate": "api",
     "Attention": "api",
     "Found": "api",
-    "Score": "evaluation.likelihood",
+    "Score": "evaluation.models.likelihood",
     "UserError": "errors",
 }
 __all__ = ["__version__", *_EXPORTS]

@@ -26,15 +26,14 @@ import torch
 
 from .config import Config, DecodeConfig, override
 from .decoding.loader import Runs, load_runs
-from .decoding.model_folder import REPORT_FILE
 from .decoding.translate import Translation, Translator
 from .errors import UserError
-from .evaluation.likelihood import Score, Scorer
+from .evaluation.models.likelihood import Score, Scorer
 from .io import read_json
 from .model.summary import count_parameters
+from .runs.model_folder import REPORT_FILE
 
 PathLike = str | Path
-NBEST_KEYS = {"nbest": "n", "beam_size": "n"}  # how `Model.nbest` names the keys it sets, for errors
 
 
 @dataclass(frozen=True)
@@ -111,7 +110,10 @@ class Model:
         """The n best candidates of each line, in order, and with `attention` the best one's attention:
         what `nbest` and `attention` answer, from one search of all the lines (a beam of at least n)."""
         widest = max(n, self.decode.beam_size) if isinstance(n, int) else n  # a bad n fails the check
-        cfg = override(self.decode, {"nbest": n, "beam_size": widest}, "decode.", NBEST_KEYS)
+        try:
+            cfg = override(self.decode, {"nbest": n, "beam_size": widest}, "decode.")
+        except UserError as error:  # both keys it sets come from `n`, which the message names
+            raise UserError(error.naming(lambda key: "n")) from None
         translator = self._with(cfg, with_attention=attention)
         return [self._found(translator, found, attention) for found in translator.translate(lines)]
 

@@ -28,12 +28,12 @@ import yaml
 from torch import nn
 
 from seq2seq_attn.config import Config, DecodeConfig, ModelConfig, from_dict, load_config, to_dict
-from seq2seq_attn.decoding.run_folder import checkpoint_dir, load_trained, point_best
 from seq2seq_attn.decoding.search import beam_search, translate_ids
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import DecoderState, EncoderOutput, build_model, fused
-from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq_attn.model.seq2seq import check_model_config
+from seq2seq_attn.runs.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq_attn.runs.run_folder import checkpoint_dir, load_trained, point_best
 from seq2seq_attn.training.graphs import CapturedUpdate, PaddedShapes
 from seq2seq_attn.training.optim import Schedule, build_optimizer
 from seq2seq_attn.training.step import Update

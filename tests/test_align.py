@@ -11,9 +11,10 @@ import pytest
 from helpers import with_eval_section
 
 from seq2seq_attn.cli import main
-from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.align import (
+from seq2seq_attn.evaluation.metrics.buckets import bucket_labels
+from seq2seq_attn.evaluation.metrics.diagnostics import merge_matrix, word_attention
+from seq2seq_attn.evaluation.models.align import (
     AlignmentCorpus,
     GoldLinks,
     alignment_scores,
@@ -27,8 +28,7 @@ from seq2seq_attn.evaluation.align import (
     read_gold,
     score_links,
 )
-from seq2seq_attn.evaluation.by_length import bucket_labels
-from seq2seq_attn.evaluation.diagnostics import merge_matrix, word_attention
+from seq2seq_attn.runs.run_folder import load_trained
 
 
 def gold(sure=(), possible=()) -> GoldLinks:

@@ -59,6 +59,8 @@ def test_nbest_lists_are_the_command_lines(model: s2s.Model, tiny_run_dir: Path,
     assert [round(c.score, 4) for c in candidates] == [float(row[2]) for row in rows]
     assert [c.score for c in candidates] == sorted((c.score for c in candidates), reverse=True)
     assert model.decode.nbest == 1  # the call's n-best did not change the model's settings
+    with pytest.raises(UserError, match=r"^n: `decode.nbest` must be a number >= 1, got 0$"):
+        model.nbest([LINES[0]], 0)  # (the keys it sets are named by its argument)
 
 
 def test_scores_are_the_command_lines(model: s2s.Model, tiny_run_dir: Path, tmp_path: Path) -> None:
@@ -117,7 +119,9 @@ def test_threads_and_bad_input_raise_user_errors(tiny_run_dir: Path, tmp_path: P
         s2s.load(tmp_path / "missing")
     with pytest.raises(UserError, match="decode.beam"):
         s2s.load(tiny_run_dir, beam=3)
-    with pytest.raises(UserError, match="decode.beam_size"):
+    with pytest.raises(
+        UserError, match=r"^decode.beam_size: `decode.beam_size` must be a number >= 1, got 0$"
+    ):
         s2s.load(tiny_run_dir, beam_size=0)
     other = tmp_path / "other"
     shutil.copytree(tiny_run_dir, other)

@@ -4,16 +4,22 @@ command's `--help` reads whole at 80 columns, and a decode key added to the sche
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
 import typer
+from helpers import ROOT
 
 import seq2seq_attn
-from seq2seq_attn.cli import app
+from seq2seq_attn.cli import app, evaluate, translate
+from seq2seq_attn.cli.options import EVAL_FLAGS, config_options
+from seq2seq_attn.config import DecodeConfig, EvalConfig
+from seq2seq_attn.errors import UserError, setting
 
 EXPECTED_OPTIONS = {
     "align": [
@@ -208,8 +214,8 @@ def test_a_decode_key_added_to_the_schema_alone_is_a_translate_option():
         extended = dataclasses.make_dataclass("DecodeConfig", [key], bases=(schema.DecodeConfig,))
         schema.DecodeConfig = config.DecodeConfig = extended
 
-        from seq2seq_attn.cli import main, translate
-        print(translate.OPTIONS["throwaway_weight"])
+        from seq2seq_attn.cli import main, options, translate
+        print(options.option_names(extended, "decode", translate.DECODE_FLAGS)["decode.throwaway_weight"])
         main()
         """
     )
@@ -225,6 +231,44 @@ def test_a_decode_key_added_to_the_schema_alone_is_a_translate_option():
     assert result.stdout.startswith("--throwaway-weight\n")
     line = next(line for line in result.stdout.splitlines()[1:] if "--throwaway-weight" in line)
     assert "<float>" in line and "A throwaway key (throwaway_weight)." in line
+
+
+def test_an_error_names_each_key_it_is_about_by_the_option_of_the_command_that_sets_it():
+    """A key the caller sets (`errors.setting`) reads as the option of the running command that sets it:
+    `--threshold` in `align`, `--buckets` in both `eval` and `align`, and in `eval` `--set decode.KEY` for
+    a key of its runs' search; a key no option sets stays itself."""
+    message = " ".join(setting(key) for key in ("eval.align_threshold", "eval.buckets", "decode.beam_size"))
+
+    def failing(overrides: dict) -> None:
+        raise UserError(message)
+
+    def raised(decorator) -> str:
+        command = decorator(failing)
+        with pytest.raises(UserError) as info:
+            command(**{name: None for name in inspect.signature(command).parameters})
+        return str(info.value)
+
+    def eval_keys(**kwargs):
+        return config_options(EvalConfig, "eval", EVAL_FLAGS, panel="", from_runs=True, **kwargs)
+
+    assert raised(eval_keys(keys=evaluate.EVAL_KEYS, set_section="decode")) == (
+        "eval.align_threshold --buckets --set decode.beam_size"
+    )
+    assert raised(eval_keys(keys=("buckets", "align_threshold"))) == "--threshold --buckets decode.beam_size"
+    assert raised(config_options(DecodeConfig, "decode", translate.DECODE_FLAGS, panel="")) == (
+        "eval.align_threshold eval.buckets --beam"
+    )
+    assert str(UserError(message)) == "eval.align_threshold eval.buckets decode.beam_size"
+
+
+def test_no_command_line_function_is_longer_than_40_lines():
+    """The command line parses, calls and prints: each function's body (its docstring aside) is short, the
+    work lives in the layers below."""
+    for path in sorted((ROOT / "seq2seq_attn" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef):
+                first = node.body[1] if ast.get_docstring(node) and len(node.body) > 1 else node.body[0]
+                assert node.end_lineno - first.lineno + 1 <= 40, f"{path.name}: {node.name}"
 
 
 def commands(command, path: tuple[str, ...] = ()):

@@ -10,9 +10,18 @@ import yaml
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
-from seq2seq_attn.config import Config, from_dict, load_config, to_dict, to_yaml
+from seq2seq_attn.config import (
+    Config,
+    DecodeConfig,
+    EvalConfig,
+    from_dict,
+    load_config,
+    override,
+    to_dict,
+    to_yaml,
+)
 from seq2seq_attn.config.reference import config_markdown
-from seq2seq_attn.errors import UserError
+from seq2seq_attn.errors import UserError, setting
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,6 +126,21 @@ def test_bad_override_is_a_clear_error(tmp_path, override, fragment):
     path = write(tmp_path, "name: t\n")
     with pytest.raises(UserError, match=re.escape(fragment)):
         load_config(path, [override])
+
+
+def test_a_value_the_caller_gives_is_named_where_the_caller_sets_it():
+    """`override` names each changed key with `errors.setting`: read as the key itself, and by the option
+    that set it where the command line renders the message."""
+    with pytest.raises(UserError) as info:
+        override(DecodeConfig(), {"beam_size": 2, "nbest": 3, "alpha": None}, "decode.")
+    assert str(info.value).startswith("decode.beam_size, decode.nbest: `decode.nbest` = 3 exceeds")
+    options = {"decode.beam_size": "--beam", "decode.nbest": "--nbest"}
+    assert info.value.naming(options.__getitem__).startswith("--beam, --nbest: `decode.nbest` = 3 exceeds")
+    with pytest.raises(UserError) as info:
+        override(EvalConfig(), {"bootstrap": -1}, "eval.")
+    assert str(info.value) == "eval.bootstrap: `eval.bootstrap` must be a number >= 0, got -1"
+    assert info.value.naming(lambda key: "--set " + key).startswith("--set eval.bootstrap: `eval.bootstrap`")
+    assert str(UserError(f"no {setting('eval.seed')} here")) == "no eval.seed here"
 
 
 def test_malformed_yaml_names_file_and_line(tmp_path):

@@ -35,7 +35,7 @@ from helpers import (
 )
 
 from seq2seq_attn.model import seq2seq
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint
 from seq2seq_attn.training import train as train_module
 
 FUSED_DECODERS = [  # each fused Function, the conditional GRU's loop in AttentiveGRU too

@@ -1,4 +1,4 @@
-"""The long-sentence diagnostics (evaluation/diagnostics.py) on hand-made attention matrices."""
+"""The long-sentence diagnostics (evaluation/metrics/diagnostics.py) on hand-made attention matrices."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from seq2seq_attn.evaluation.diagnostics import (
+from seq2seq_attn.evaluation.metrics.diagnostics import (
     DROPPED_BELOW,
     REPEATED_ABOVE,
     SentenceAttention,

@@ -15,19 +15,14 @@ from typer.testing import CliRunner
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.bleu import bleu_metric
-from seq2seq_attn.evaluation.bootstrap import bleu_scores, sentence_stats
-from seq2seq_attn.evaluation.by_length import (
-    System,
-    bucket_index,
-    bucket_labels,
-    check_edges,
-    evaluate,
-    merge_reports,
-    parse_edges,
-)
-from seq2seq_attn.evaluation.plots import curve_figure, save_curve
-from seq2seq_attn.evaluation.report import render
+from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
+from seq2seq_attn.evaluation.metrics.bootstrap import bleu_scores, sentence_stats
+from seq2seq_attn.evaluation.metrics.buckets import bucket_index, bucket_labels, check_edges, parse_edges
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
+from seq2seq_attn.evaluation.metrics.plots import curve_figure, save_curve
+from seq2seq_attn.evaluation.metrics.report import render
+from seq2seq_attn.evaluation.metrics.saved_reports import merge_reports
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -72,8 +67,8 @@ def test_parse_edges():
     assert parse_edges("0,5,50") == [0, 5, 50]
     with pytest.raises(UserError, match="eval.buckets '0,ten': expected comma-separated whole numbers"):
         parse_edges("0,ten")
-    with pytest.raises(UserError, match=r"bucket edges \[0, 20, 10\]: .* \(--buckets\)"):
-        parse_edges("0,20,10", "--buckets")
+    with pytest.raises(UserError, match=r"bucket edges \[0, 20, 10\]: .* \(eval.buckets\)"):
+        parse_edges("0,20,10")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -355,7 +350,7 @@ def test_sacrebleu_detokenisation_warning_only_where_the_references_are_detokeni
 def test_a_metric_added_to_the_table_reaches_every_rendering(monkeypatch):
     """The report's numbers come from one table (`report.METRICS`): one more entry is one more row field,
     JSON key, table column (text, markdown, HTML) and CSV field, with no other edit."""
-    from seq2seq_attn.evaluation import by_length, html_report, report
+    from seq2seq_attn.evaluation.metrics import by_length, html_report, report
 
     words = report.Metric("hyp_words", "bleu", "sys_len", "hyp words", 0, kind=int, empty=0)
     extended = (*report.METRICS[:4], words, *report.METRICS[4:])

@@ -9,10 +9,10 @@ from pathlib import Path
 import sacrebleu
 from helpers import run_main, with_eval_section
 
-from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.decoding.translate import Translator
-from seq2seq_attn.evaluation.diagnostics import bucket_row, sentence_counts
-from seq2seq_attn.evaluation.systems import sentence_attention
+from seq2seq_attn.evaluation.metrics.diagnostics import bucket_row, sentence_counts
+from seq2seq_attn.evaluation.models.systems import sentence_attention
+from seq2seq_attn.runs.run_folder import load_trained
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

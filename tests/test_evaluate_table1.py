@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.data import moses
-from seq2seq_attn.evaluation.by_length import Subset, System, TokenisedBleu, evaluate
-from seq2seq_attn.evaluation.report import render
+from seq2seq_attn.evaluation.metrics.by_length import Subset, TokenisedBleu, evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
+from seq2seq_attn.evaluation.metrics.report import render
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,11 @@ from helpers import (
 from safetensors.torch import load_file
 
 import seq2seq_attn as s2s
-from seq2seq_attn.decoding import model_folder
-from seq2seq_attn.decoding.average import average_checkpoints
-from seq2seq_attn.decoding.run_folder import load_trained
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs import export as exporting
+from seq2seq_attn.runs import model_folder
+from seq2seq_attn.runs.average import average_checkpoints
+from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.run_folder import load_trained
 
 LINES = ["the cat sat", "", "a dog ran home"]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot's name in the hub cache
@@ -110,7 +111,7 @@ def test_tied_weights_are_stored_under_each_name_and_load_back_tied(tmp_path: Pa
     """safetensors refuses two names for one tensor: a tied embedding is written as two copies, and
     loading fills the one parameter from both (the same values)."""
     tied = tiny_model("gru-bi-1", "general", "rnnsearch", tie_embeddings=True, maxout_dim=8)
-    model_folder.write_weights(tied, tmp_path / "model.safetensors")
+    exporting.write_weights(tied, tmp_path / "model.safetensors")
     weights = load_file(tmp_path / "model.safetensors")
     assert torch.equal(weights["decoder.output.weight"], weights["decoder.embed.weight"])
     loaded = tiny_model("gru-bi-1", "general", "rnnsearch", seed=1, tie_embeddings=True, maxout_dim=8)
@@ -312,7 +313,7 @@ def test_force_replaces_an_earlier_export_whole_or_not_at_all(
         path.write_bytes(b"half")
         raise OSError(28, "No space left on device", str(path))
 
-    monkeypatch.setattr(model_folder, "write_weights", broken)
+    monkeypatch.setattr(exporting, "write_weights", broken)
     assert run_main("export", str(tiny_run_dir), "-o", str(folder), "--force").returncode == 2
     assert snapshot(folder) == before and sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     monkeypatch.undo()

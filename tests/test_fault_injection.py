@@ -20,8 +20,8 @@ import torch
 from helpers import ENV, assert_one_line_error
 
 from seq2seq_attn.config import load_config
-from seq2seq_attn.decoding.run_folder import resolve_checkpoint
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.run_folder import resolve_checkpoint
 from seq2seq_attn.training import train as train_module
 from seq2seq_attn.training.log import read_metrics
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seq2seq_attn.decoding.forced import by_source_length, by_tokens, evaluating, forced_pass
-from seq2seq_attn.decoding.run_folder import load_trained
+from seq2seq_attn.runs.run_folder import load_trained
 from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 
 SRC = [[5, 6, 7, 8, 9], [5], [10, 11], [12, 13, 14]]

@@ -29,7 +29,7 @@ from helpers import VOCAB, batch, random_sources, tiny_model_config  # noqa: E40
 from seq2seq_attn.config import DecodeConfig, from_dict, to_dict  # noqa: E402
 from seq2seq_attn.decoding.search import translate_ids  # noqa: E402
 from seq2seq_attn.model import build_model  # noqa: E402
-from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
+from seq2seq_attn.runs.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 EXPECTED = GOLDEN / "expected.json"

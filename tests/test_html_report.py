@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.by_length import System, differing_examples, evaluate
-from seq2seq_attn.evaluation.html_report import render_html
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.examples import differing_examples
+from seq2seq_attn.evaluation.metrics.html_report import render_html
+from seq2seq_attn.evaluation.metrics.inputs import System
 
 ALIGNMENT = {
     "method": "argmax",

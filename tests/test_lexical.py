@@ -19,21 +19,14 @@ from helpers import (
 
 import seq2seq_attn as s2s
 from seq2seq_attn.config import DecodeConfig
-from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.decoding.search import translate_ids
-from seq2seq_attn.decoding.shortlist import (
-    SPECIAL_IDS,
-    LexicalTable,
-    Shortlisted,
-    coverage,
-    frequent_pieces,
-    load_table,
-    save_table,
-)
-from seq2seq_attn.decoding.shortlist_learning import build_table, top_candidates
+from seq2seq_attn.decoding.shortlist import Shortlisted
+from seq2seq_attn.decoding.shortlist_learning import build_table, coverage, frequent_pieces, top_candidates
 from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint, weights_fingerprint
+from seq2seq_attn.runs.checkpoint import load_checkpoint, save_checkpoint, weights_fingerprint
+from seq2seq_attn.runs.run_folder import load_trained
+from seq2seq_attn.runs.shortlist_table import SPECIAL_IDS, LexicalTable, load_table, save_table
 
 
 def test_top_candidates_keep_each_source_pieces_largest_counts() -> None:

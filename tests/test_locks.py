@@ -35,10 +35,10 @@ from helpers import (
     write_tiny_config,
 )
 
-from seq2seq_attn.decoding import average
-from seq2seq_attn.decoding.run_folder import LATEST, average_latest, checkpoint_dir, load_trained
 from seq2seq_attn.io import LOCK_FILE, exclusive
-from seq2seq_attn.model.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq_attn.runs import average
+from seq2seq_attn.runs.checkpoint import load_checkpoint, save_checkpoint
+from seq2seq_attn.runs.run_folder import LATEST, average_latest, checkpoint_dir, load_trained
 from seq2seq_attn.vocab.cache import load_cache
 from seq2seq_attn.vocab.pieces import Vocab
 

@@ -20,8 +20,9 @@ from seq2seq_attn.data import moses
 from seq2seq_attn.data.prepare import prepare
 from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.bleu import bleu_metric
-from seq2seq_attn.evaluation.by_length import System, evaluate
+from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
 from seq2seq_attn.model import build_model
 from seq2seq_attn.vocab.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.vocab.pieces import Vocab, build_vocab
@@ -259,8 +260,8 @@ def test_buckets_can_count_moses_words() -> None:
     systems = [System("s", hypotheses)]
     counts = {}
     for words in ("whitespace", "moses"):
-        config = EvalConfig(buckets=[0, 10], words=words, bootstrap=0)
-        report = evaluate(systems, references, sources, by_length=True, config=config, words_lang="en")
+        config = EvalConfig(buckets=[0, 10], words=words, words_lang="en", bootstrap=0)
+        report = evaluate(systems, references, sources, by_length=True, config=config)
         rows = {row["bucket"]: row["count"] for row in report["systems"][0]["rows"] if row["subset"] == "all"}
         counts[words] = (rows["0-10"], rows["10+"])
         assert report["words"] == ("moses:en" if words == "moses" else "whitespace")

@@ -7,7 +7,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from seq2seq_attn.cli import app
-from seq2seq_attn.evaluation.by_length import System, evaluate
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
 from seq2seq_attn.io import write_json
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

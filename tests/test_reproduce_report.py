@@ -10,7 +10,8 @@ from pathlib import Path
 from helpers import load_script, noisy, tiny_config
 
 from seq2seq_attn.config import EvalConfig
-from seq2seq_attn.evaluation.by_length import System, evaluate
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
 
 ROOT = Path(__file__).resolve().parent.parent
 

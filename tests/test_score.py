@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from helpers import assert_one_line_error, run_main
 
-from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.decoding.search import translate_ids
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.likelihood import (
+from seq2seq_attn.evaluation.models.likelihood import (
     Score,
     Scorer,
     format_score,
@@ -22,6 +21,7 @@ from seq2seq_attn.evaluation.likelihood import (
     perplexity_report,
     score_ids,
 )
+from seq2seq_attn.runs.run_folder import load_trained
 
 SOURCES = ["the cat sat on the mat", "a dog ran to the big red house", "", "naïve cat", "the"]
 

@@ -32,10 +32,11 @@ from seq2seq_attn.decoding.search import (
     score_bound,
     translate_ids,
 )
-from seq2seq_attn.decoding.shortlist import LexicalTable, Shortlisted
+from seq2seq_attn.decoding.shortlist import Shortlisted
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import build_model
 from seq2seq_attn.model.recurrent import RecurrentStack
+from seq2seq_attn.runs.shortlist_table import LexicalTable
 from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 PENALTIES = ["none", "average", "gnmt"]
@@ -388,7 +389,7 @@ def test_impossible_settings_are_refused_by_the_schema(settings: dict, message: 
     with pytest.raises(UserError, match=message):
         from_dict({"decode": settings})
     with pytest.raises(UserError, match=message):
-        override(DecodeConfig(), settings, "decode.", {key: f"--{key}" for key in settings})
+        override(DecodeConfig(), settings, "decode.")
 
 
 # ----------------------------------------------------------------------------------------------------------

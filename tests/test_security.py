@@ -20,7 +20,7 @@ from helpers import assert_one_line_error, run_main, snapshot
 
 import seq2seq_attn
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint
 
 
 class CreatesFile:

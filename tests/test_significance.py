@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 from seq2seq_attn.cli import app
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.by_length import System, evaluate
-from seq2seq_attn.evaluation.plots import curve_figure
-from seq2seq_attn.evaluation.report import render
+from seq2seq_attn.evaluation.metrics.by_length import evaluate
+from seq2seq_attn.evaluation.metrics.inputs import System
+from seq2seq_attn.evaluation.metrics.plots import curve_figure
+from seq2seq_attn.evaluation.metrics.report import render
 
 SIZE = 300
 
@@ -50,13 +51,13 @@ def test_overall_p_value_agrees_with_sacrebleus_paired_test(test, sacrebleu_type
     assert overall["significant"] == (overall["p_value"] < 0.05)
 
 
-def bucketed_report(**kwargs) -> dict:
+def bucketed_report(**settings) -> dict:
     """Three systems, the last much worse: its differences are significant, the first two's less so."""
     sources, references, better, worse = close_systems()
     bad = noisy(references, 0.7, seed=3)
     systems = [System("A", better), System("B", worse), System("C", bad)]
-    config = EvalConfig(buckets=[0, 10, 20], bootstrap=300)
-    return evaluate(systems, references, sources, by_length=True, config=config, **kwargs)
+    config = EvalConfig(buckets=[0, 10, 20], bootstrap=300, **settings)
+    return evaluate(systems, references, sources, by_length=True, config=config)
 
 
 def test_every_pair_or_each_against_the_baseline_in_every_bucket():
@@ -69,7 +70,7 @@ def test_every_pair_or_each_against_the_baseline_in_every_bucket():
     assert against_c == {("A", "C"), ("B", "C")}
     a_vs_c = report["comparisons"][1]["rows"]
     assert all(row["significant"] and row["p_value"] < 0.05 and row["ci_low"] > 0 for row in a_vs_c)
-    with pytest.raises(UserError, match=r"baseline 'D': no system has that label \(labels: A, B, C\)"):
+    with pytest.raises(UserError, match=r"^eval.baseline 'D': no system has that label \(labels: A, B, C\)"):
         bucketed_report(baseline="D")
 
 

@@ -12,7 +12,7 @@ import sacrebleu
 from helpers import assert_one_line_error, run_main
 
 from seq2seq_attn.data import moses
-from seq2seq_attn.evaluation.report import render
+from seq2seq_attn.evaluation.metrics.report import render
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "multi30k"
 

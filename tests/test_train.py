@@ -26,9 +26,9 @@ from helpers import (
 )
 
 from seq2seq_attn.config import load_config
-from seq2seq_attn.decoding.run_folder import load_trained
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.run_folder import load_trained
 from seq2seq_attn.training import train as train_module
 from seq2seq_attn.training.optim import Schedule
 from seq2seq_attn.training.state import Progress

@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 import seq2seq_attn.decoding.search
 from seq2seq_attn.cli.translate import register
 from seq2seq_attn.config import DecodeConfig
-from seq2seq_attn.decoding.average import average_checkpoints
-from seq2seq_attn.decoding.run_folder import latest_checkpoints, load_trained
 from seq2seq_attn.decoding.translate import Translator, piece_words, translate_stream
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.evaluation.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
-from seq2seq_attn.model.checkpoint import load_checkpoint
+from seq2seq_attn.evaluation.models.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
+from seq2seq_attn.runs.average import average_checkpoints
+from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.run_folder import latest_checkpoints, load_trained
 from seq2seq_attn.vocab.pieces import EOS_ID, UNK_ID
 
 WORDS = ["the", "cat", "sat", "on", "mat", "dog", "big", "red", "naïve"]

@@ -89,7 +89,7 @@ def snapshot(save, log: Path, started: float) -> dict:
 
 
 def _hook_ours(requests: Requests, log: Path, started: float) -> None:
-    from seq2seq_attn.model.checkpoint import save_checkpoint
+    from seq2seq_attn.runs.checkpoint import save_checkpoint
     from seq2seq_attn.training.state import gather_rank_states
     from seq2seq_attn.training.train import _Loop
 

@@ -1,5 +1,5 @@
 """`seq2seq align`: how well a run's attention aligns words, as AER against gold alignments
-(evaluation/align.py).
+(evaluation/models/align.py).
 
 torch and matplotlib are imported inside the command, so `seq2seq --help` stays fast.
 """
@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 
+from ..config import EvalConfig, override
 from ..console import info
 from ..errors import UserError
-from ..evaluation.by_length import check_edges, parse_edges
+from ..evaluation.metrics.buckets import check_edges
 from ..io import check_writable, write_json, write_text
-from .options import Device, device_option, model_option, run_default_option
+from .options import EVAL_FLAGS, Device, config_options, device_option, model_option
 
 
 class GoldFormat(str, Enum):
@@ -41,6 +43,7 @@ def parse_sentences(text: str) -> list[int]:
 
 
 # Long only by its typer option declarations; the body parses, calls and prints.
+@config_options(EvalConfig, "eval", EVAL_FLAGS, panel="", keys=("buckets", "align_threshold"), from_runs=True)
 def align_command(
     model: Path = model_option(),
     src: Path = typer.Option(..., "--src", help="Sources, one sentence per line.", show_default=False),
@@ -68,13 +71,7 @@ def align_command(
         help="argmax: each target word links to its most attended source word; threshold: every pair "
         "with word-level attention >= --threshold.",
     ),
-    threshold: float | None = run_default_option(
-        "align_threshold", "--threshold", "For --method threshold.", min=0.0, max=1.0
-    ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each source-length bucket."),
-    buckets: str | None = run_default_option(
-        "buckets", "--buckets", "Bucket edges in source words, as `seq2seq eval --buckets`."
-    ),
     heatmaps: Path | None = typer.Option(
         None, "--heatmaps", help="Folder for an SVG heat map with the gold links per --sentences line."
     ),
@@ -85,11 +82,12 @@ def align_command(
         None, "--json", help="Write the scores (and figures) as JSON to this file."
     ),
     device: Device = device_option(),
+    overrides: dict[str, Any] | None = None,
 ) -> None:
     """Force each reference through a trained model, turn its attention into word links and score them
     against gold alignments: AER, precision and recall (Och & Ney 2003), beside a diagonal baseline."""
     from ..decoding.loader import load_one
-    from ..evaluation.align import (
+    from ..evaluation.models.align import (
         alignment_section,
         attention_scores,
         diagonal_links,
@@ -104,19 +102,14 @@ def align_command(
         raise UserError("--heatmaps draws the lines given by --sentences: add e.g. --sentences 1,5,9")
     if json_out is not None:
         check_writable(json_out)
-    given_edges = (
-        parse_edges(buckets, "--buckets") if buckets is not None else None
-    )  # a bad --buckets fails first
     corpus = load_corpus(str(src), str(ref), str(gold), gold_format.value, one_indexed)
     torch_device = resolve_device(device.value, "--device")
     trained = load_one(model, torch_device)
-    network, vocab, config = trained.model, trained.vocab, trained.config
-    # options left out take the run's `eval` section
-    edges = (given_edges or check_edges(config.eval.buckets)) if by_length else None
-    threshold = config.eval.align_threshold if threshold is None else threshold
-    scores = attention_scores(network, vocab, corpus, torch_device)
+    settings = override(trained.config.eval, overrides or {}, "eval.")  # left out: the run's eval section
+    edges = check_edges(settings.buckets) if by_length else None
+    scores = attention_scores(trained.model, trained.vocab, corpus, torch_device)
     section = alignment_section(
-        corpus, scores, method=method.value, threshold=threshold, edges=edges, figures=numbers
+        corpus, scores, method=method.value, threshold=settings.align_threshold, edges=edges, figures=numbers
     )
     diagonal_by_length = score_links(diagonal_links(corpus), corpus, edges)[1]
     typer.echo(render_text(section, diagonal_by_length), nl=False)

@@ -1,36 +1,35 @@
 """`seq2seq eval`: sacrebleu BLEU/chrF of one or more systems, by sentence length
-(evaluation/by_length.py scores, evaluation/systems.py brings trained runs in and writes the outputs)."""
+(evaluation/metrics/by_length.py scores, evaluation/models/systems.py brings trained runs in and writes
+the outputs)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from ..config import EvalConfig, choices_enum, override
+from ..config import EvalConfig, override
 from ..config.loader import apply_override
-from ..errors import UserError
-from ..evaluation.by_length import comparison_pairs, load_systems, parse_edges
-from ..evaluation.systems import default_run_label, evaluate_runs, read_alignment, write_html, write_report
+from ..errors import UserError, setting
+from ..evaluation.metrics.inputs import load_systems
+from ..evaluation.models.systems import (
+    Request,
+    default_run_label,
+    evaluate_runs,
+    read_alignment,
+    write_html,
+    write_report,
+)
 from ..io import check_writable
 from .config import SET
-from .options import run_default_option
+from .options import EVAL_FLAGS, config_options
 
-BucketBy = choices_enum(EvalConfig, "bucket_by")
-Words = choices_enum(EvalConfig, "words")
-Significance = choices_enum(EvalConfig, "significance")
-
-# The command-line option that overrides each `eval` key, for error messages.
-OPTIONS = {
-    "buckets": "--buckets",
-    "bucket_by": "--bucket-by",
-    "words": "--words",
-    "bootstrap": "--bootstrap",
-    "seed": "--seed",
-    "min_bucket_size": "--min-bucket-size",
-    "significance": "--significance",
-}
+# the `eval` keys `seq2seq eval` sets: every one but `align`'s
+EVAL_KEYS = [field.name for field in dataclasses.fields(EvalConfig) if field.name != "align_threshold"]
 
 
 class Format(str, Enum):
@@ -44,7 +43,9 @@ def register(app: typer.Typer) -> None:
     app.command("eval")(eval_command)
 
 
-# Long only by its typer option declarations; the body parses, calls and prints.
+@config_options(
+    EvalConfig, "eval", EVAL_FLAGS, panel="", keys=EVAL_KEYS, from_runs=True, set_section="decode"
+)
 def eval_command(
     hyp: list[Path] = typer.Option(
         [], "--hyp", help="System output, one detokenised sentence per line; repeat for several systems."
@@ -76,33 +77,6 @@ def eval_command(
         "name / run name / run names joined by +).",
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
-    buckets: str | None = run_default_option(
-        "buckets",
-        OPTIONS["buckets"],
-        "Bucket edges in words. Bucket i is [edge_i, edge_i+1) and the last is open: with 0,10,20 a "
-        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+.",
-    ),
-    bucket_by: BucketBy | None = run_default_option(
-        "bucket_by", OPTIONS["bucket_by"], "Whose length picks the bucket: the source's or the reference's."
-    ),
-    words: Words | None = run_default_option(
-        "words",
-        OPTIONS["words"],
-        "How lengths count words: white-space separated, or Moses-tokenised (the paper's unit).",
-    ),
-    words_lang: str | None = typer.Option(
-        None,
-        "--words-lang",
-        metavar="LANG",
-        help="With --words moses: the language of the bucketed side (default: the --model runs' own).",
-    ),
-    bootstrap: int | None = run_default_option(
-        "bootstrap", OPTIONS["bootstrap"], "Bootstrap resamples for the 95% BLEU interval (0: none).", min=0
-    ),
-    seed: int | None = run_default_option("seed", OPTIONS["seed"], "Seed of the bootstrap.", min=0),
-    min_bucket_size: int | None = run_default_option(
-        "min_bucket_size", OPTIONS["min_bucket_size"], "Flag buckets with fewer sentences.", min=0
-    ),
     fmt: Format | None = typer.Option(
         None,
         "--format",
@@ -113,18 +87,6 @@ def eval_command(
     ),
     plot: Path | None = typer.Option(
         None, "--plot", help="Draw BLEU by length (needs --by-length) to this .png/.pdf/.svg file."
-    ),
-    baseline: str | None = typer.Option(
-        None,
-        "--baseline",
-        metavar="LABEL",
-        help="Compare every other system with this one (default: every pair of systems).",
-    ),
-    significance: Significance | None = run_default_option(
-        "significance",
-        OPTIONS["significance"],
-        "Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
-        "or approximate randomization (paired-ar), with --bootstrap resamples or trials.",
     ),
     html: Path | None = typer.Option(
         None,
@@ -144,83 +106,37 @@ def eval_command(
         help="Change a decode key of the --model runs' search, typed like YAML, e.g. --set "
         "decode.beam_size=12 (repeatable).",
     ),
-    moses_bleu: str | None = typer.Option(
-        None,
-        "--moses-bleu",
-        metavar="LANG",
-        help="Also report BLEU-moses: BLEU of text tokenised by the Moses tokenizer for target language "
-        "LANG, with no further tokenisation and no smoothing (the paper's multi-bleu.perl setting).",
-    ),
-    task_ref: Path | None = typer.Option(
-        None,
-        "--task-ref",
-        metavar="FILE",
-        help="Also report BLEU-task, a shared task's metric: BLEU of the hypotheses lowercased, "
-        "punctuation-normalised and Moses-tokenised with escaping, against FILE, the references as the "
-        "task processed them (line-aligned with --ref, e.g. Multi30k's *.lc.norm.tok.fr); no smoothing.",
-    ),
-    task_lang: str | None = typer.Option(
-        None,
-        "--task-lang",
-        metavar="LANG",
-        help="With --task-ref: the references' language (default: the --model runs' target language).",
-    ),
-    lowercase: bool = typer.Option(
-        False,
-        "--lowercase",
-        help="Case-insensitive BLEU and chrF (sacrebleu's -lc; the signatures say case:lc). On by itself "
-        "when a --model run writes lowercased text (data.tokenize: task).",
-    ),
+    overrides: dict[str, Any] | None = None,
 ) -> None:
     """Score system outputs against references with sacrebleu: BLEU, chrF and, with --by-length, both per
     source-length bucket with a bootstrap confidence interval (Bahdanau et al. 2014, Fig. 2). A --model
     run with a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows
     ("no UNK", Bahdanau et al. 2014, Table 1). Options left out take the `eval` section of the --model
     runs' configs."""
-    trained = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
-    check_options(hyp, trained, src, label, by_length, bucket_by, (words, words_lang), plot, alignment, html)
-    check_task_options(task_ref, task_lang, bool(trained))
+    given = dict(overrides or {})
+    runs = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
+    check_options(hyp, runs, src, label, by_length, plot, alignment, html)
+    check_settings(given, bool(runs), by_length and src is None)
     aer = read_alignment(alignment) if alignment is not None else None
     for destination in (output, plot, html):  # fail before any work, not after the report is written
         if destination is not None:
             check_writable(destination)
     if plot is not None:
-        from ..evaluation.plots import image_format  # matplotlib is slow to import: only when drawing
+        from ..evaluation.metrics.plots import image_format  # matplotlib is slow to import: only when drawing
 
         image_format(plot)
-    given = {
-        "buckets": parse_edges(buckets, OPTIONS["buckets"]) if buckets is not None else None,
-        "bucket_by": bucket_by.value if bucket_by else None,
-        "words": words.value if words else None,
-        "bootstrap": bootstrap,
-        "seed": seed,
-        "min_bucket_size": min_bucket_size,
-        "significance": significance.value if significance else None,
-    }
-    override(EvalConfig(), given, "eval.", OPTIONS)  # a bad option fails before any translation
-    decode = decode_changes(decode_sets)
-    systems = load_systems(hyp, label[: len(hyp)])
-    runs = list(zip(trained, label[len(hyp) :] or map(default_run_label, trained), strict=True))
-    comparison_pairs(
-        [system.label for system in systems] + [name for _, name in runs], baseline, "--baseline"
-    )
-    evaluation = evaluate_runs(
-        systems,
+    override(EvalConfig(), given, "eval.")  # a bad option fails before any translation
+    labels = label[len(hyp) :] or map(default_run_label, runs)
+    request = Request(
         ref,
         src,
-        runs,
-        given,
-        OPTIONS,
+        systems=load_systems(hyp, label[: len(hyp)]),
+        runs=list(zip(runs, labels, strict=True)),
         by_length=by_length,
-        baseline=baseline,
-        moses_lang=moses_bleu,
-        task_ref=task_ref,
-        task_lang=task_lang,
-        words_lang=words_lang,
+        decode=decode_changes(decode_sets),
         keep_in=output.parent if output is not None else None,
-        decode=decode,
-        lowercase=lowercase,
     )
+    evaluation = evaluate_runs(request, given)
     typer.echo(write_report(evaluation.report, fmt.value if fmt else None, output, plot), nl=False)
     if html is not None:
         write_html(html, evaluation, aer)
@@ -247,42 +163,47 @@ def ensemble_runs(value: str) -> list[Path]:
 
 def check_options(
     hyp: list[Path],
-    trained: list[list[Path]],
+    runs: list[list[Path]],
     src: Path | None,
     label: list[str],
     by_length: bool,
-    bucket_by: BucketBy | None,
-    words: tuple[Words | None, str | None],
     plot: Path | None,
     alignment: Path | None,
     html: Path | None,
 ) -> None:
     """The combinations of options `seq2seq eval` refuses, before any work."""
-    if not hyp and not trained:
+    if not hyp and not runs:
         raise UserError("give at least one --hyp FILE, --model RUN_DIR or --ensemble RUN,RUN")
-    if trained and src is None:
-        option = "--model" if len(trained[0]) == 1 else "--ensemble"  # (the --model runs come first)
+    if runs and src is None:
+        option = "--model" if len(runs[0]) == 1 else "--ensemble"  # (the --model runs come first)
         raise UserError(f"{option} translates the source: give --src FILE")
-    if label and len(label) != len(hyp) + len(trained):
+    if label and len(label) != len(hyp) + len(runs):
         raise UserError(
-            f"{len(label)} --label for {len(hyp)} --hyp and {len(trained)} --model / --ensemble: one each, "
+            f"{len(label)} --label for {len(hyp)} --hyp and {len(runs)} --model / --ensemble: one each, "
             "or none"
         )
-    if by_length and src is None and (bucket_by.value if bucket_by else EvalConfig().bucket_by) == "source":
-        raise UserError(
-            "bucketing by source length needs the sources: give --src SRC (or --bucket-by reference)"
-        )
-    if words[0] is not None and words[0].value == "moses" and not trained and not words[1]:
-        raise UserError("--words moses counts the words of one language: give --words-lang LANG")
     if plot is not None and not by_length:
         raise UserError("--plot draws BLEU by sentence length: add --by-length")
     if alignment is not None and html is None:
         raise UserError("--alignment goes into the HTML report: add --html FILE")
 
 
-def check_task_options(task_ref: Path | None, task_lang: str | None, trained: bool) -> None:
-    """The task's BLEU needs its references, and their language where no trained run says it."""
-    if task_lang is not None and task_ref is None:
-        raise UserError("--task-lang is the language of the task's references: give --task-ref FILE")
-    if task_ref is not None and task_lang is None and not trained:
-        raise UserError("--task-ref with --hyp files only: give the references' language, --task-lang LANG")
+def check_settings(given: Mapping[str, Any], runs: bool, bucketing_without_sources: bool) -> None:
+    """The combinations of `eval` keys given that `seq2seq eval` refuses before any work: those the
+    trained runs cannot complete, and bucketing by source length without the sources."""
+    bucket_by = given["bucket_by"] or EvalConfig().bucket_by
+    if bucketing_without_sources and bucket_by == "source":
+        raise UserError(
+            f"bucketing by source length needs the sources: give --src SRC (or {setting('eval.bucket_by')} "
+            "reference)"
+        )
+    if given["words"] == "moses" and not runs and not given["words_lang"]:
+        raise UserError(
+            f"{setting('eval.words')} moses counts the words of one language: give "
+            f"{setting('eval.words_lang')} LANG"
+        )
+    task_ref, task_lang = setting("eval.task_ref"), setting("eval.task_lang")
+    if given["task_lang"] is not None and given["task_ref"] is None:
+        raise UserError(f"{task_lang} is the language of the task's references: give {task_ref} FILE")
+    if given["task_ref"] is not None and given["task_lang"] is None and not runs:
+        raise UserError(f"{task_ref} with --hyp files only: give the references' language, {task_lang} LANG")

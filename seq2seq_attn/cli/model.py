@@ -1,6 +1,6 @@
 """`seq2seq model-info`: the model a config describes, its architecture and parameters, without training;
-`seq2seq export`: a trained run as a model folder to share (decoding/model_folder.py), pushed to the
-Hugging Face hub with `--push` (decoding/hub.py)."""
+`seq2seq export`: a trained run as a model folder to share (runs/export.py), pushed to the
+Hugging Face hub with `--push` (runs/hub.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..io import open_binary, read_json
 from .config import CONFIG_ARG, SET, SET_OPTION
 
 if TYPE_CHECKING:
-    from ..decoding.model_folder import Evaluation
+    from ..runs.model_folder import Evaluation
 
 SRC_VOCAB = typer.Option(None, "--src-vocab", min=4, help="Source vocabulary size (default: vocab.size).")
 TGT_VOCAB = typer.Option(None, "--tgt-vocab", min=4, help="Target vocabulary size (default: vocab.size).")
@@ -83,8 +83,8 @@ def export_command(
     pickle), config.json, the sentencepiece models, the lexical shortlist when the run has one, and a
     model card (README.md). `seq2seq translate --model`, `eval`, `score` and `s2s.load` take the folder,
     or hf://OWNER/NAME once it is pushed."""
-    from ..decoding.hub import HUB_PREFIX, check_repo_id, push_folder
-    from ..decoding.model_folder import export_run
+    from ..runs.export import export_run
+    from ..runs.hub import HUB_PREFIX, check_repo_id, push_folder
 
     if plot is not None and report is None:
         raise UserError("--plot is the figure of a report: give --report too")
@@ -100,9 +100,9 @@ def export_command(
 
 def read_evaluation(report: Path, plot: Path | None) -> Evaluation:
     """The eval report (and figure) for the model card: checked, its tables rendered in markdown."""
-    from ..decoding.model_folder import FIGURE_SUFFIXES, Evaluation
-    from ..evaluation.by_length import check_report
-    from ..evaluation.report import render
+    from ..evaluation.metrics.report import render
+    from ..evaluation.metrics.saved_reports import check_report
+    from ..runs.model_folder import FIGURE_SUFFIXES, Evaluation
 
     found = check_report(read_json(report), str(report))
     if plot is not None:

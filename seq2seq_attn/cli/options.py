@@ -1,5 +1,6 @@
-"""Options that several verbs share, declared once: the trained model, the device, eval-section defaults,
-and the options made from a config section's keys (`config_options`).
+"""Options that several verbs share, declared once: the trained model, the device, and the options made
+from a config section's keys (`config_options`), with how each command names the keys it sets in its
+error messages.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +17,11 @@ from typing import Any, TypeVar
 
 import typer
 
-from ..config import EvalConfig, TrainConfig, choices_enum
+from ..config import TrainConfig, choices_enum
 from ..config.schema import field_types
+from ..errors import UserError
+from ..evaluation.metrics.buckets import parse_edges
+from .config import SET
 
 Command = TypeVar("Command", bound=Callable[..., Any])
 
@@ -54,25 +59,32 @@ def device_option(panel: str | None = None) -> Any:
     )
 
 
-def run_default_option(key: str, flag: str, help: str, **kwargs: Any) -> Any:
-    """A typer option for `eval` key `key` with no default of its own: when it is left out, the `eval`
-    section of the --model run's config applies (the schema's default without a run), as its help says."""
-    default = getattr(EvalConfig(), key)
-    shown = ",".join(map(str, default)) if isinstance(default, list) else default
-    help = f"{help} Default: the --model run's eval.{key}, else {shown}."
-    return typer.Option(None, flag, help=help, show_default=False, **kwargs)
-
-
 @dataclass(frozen=True)
 class Flag:
     """How one config key shows as a command-line option, where the default does not do: the default
     name is the key's (`--max-len-a` for `max_len_a`, `--compile/--no-compile` for a bool), in the
-    command's default panel of `--help`."""
+    command's default panel of `--help`, its value named by its type; a list key's option is text that
+    `parse` reads."""
 
     name: str = ""  # e.g. "--beam"
-    negative: str = ""  # a bool's off switch, e.g. "--allow-unk"
+    negative: str | None = ""  # a bool's off switch, e.g. "--allow-unk"; None: it has none
     short: str = ""  # a one-letter alias, e.g. "-b"
     panel: str = ""  # the `--help` panel it is listed in
+    metavar: str = ""  # what `--help` calls its value, e.g. "LANG"
+    parse: Callable[[str], Any] | None = None  # a list key's value from the option's text, e.g. "0,10,20"
+
+
+# The `eval` keys whose option (in `eval` and `align`) is not named or typed as the default does.
+EVAL_FLAGS = {
+    "buckets": Flag(metavar="N,N,...", parse=parse_edges),
+    "words_lang": Flag(metavar="LANG"),
+    "baseline": Flag(metavar="LABEL"),
+    "lowercase": Flag(negative=None),
+    "moses_bleu": Flag(metavar="LANG"),
+    "task_ref": Flag(metavar="FILE"),
+    "task_lang": Flag(metavar="LANG"),
+    "align_threshold": Flag("--threshold"),
+}
 
 
 def flag_name(key: str, flag: Flag | None = None) -> str:
@@ -80,19 +92,35 @@ def flag_name(key: str, flag: Flag | None = None) -> str:
 
 
 def config_options(
-    section: type, prefix: str, flags: Mapping[str, Flag], panel: str, panels: Sequence[str] = ()
+    section: type,
+    prefix: str,
+    flags: Mapping[str, Flag],
+    panel: str,
+    panels: Sequence[str] = (),
+    *,
+    keys: Sequence[str] | None = None,
+    from_runs: bool = False,
+    set_section: str = "",
 ) -> Callable[[Command], Command]:
     """A decorator that gives a typer command one option per key of config `section` (a schema
-    dataclass, named `prefix` in messages, e.g. "decode"): typed as the schema types it (its choices as an
-    Enum, a `path` key as a Path), its help the key's short help and, in parentheses, the key's name, in
-    `panel` unless `flags` says otherwise. The type column stays narrow for 80-column terminals: a switch
-    shows none, a choice NAME with its choices in the help. Every option defaults to None, "not given".
-    The command receives them in one keyword argument, `overrides`: key -> the value given (plain str,
-    int, float or bool), or None.
+    dataclass, named `prefix` in messages, e.g. "decode"; only `keys` when given): typed as the schema
+    types it (its choices as an Enum, a `path` key as a Path, a list key as text that `Flag.parse` reads),
+    its help the key's short help, in `panel` unless `flags` says otherwise. The type column stays narrow
+    for 80-column terminals: a switch shows none, a choice NAME with its choices in the help. Every option
+    defaults to None, "not given". The command receives them in one keyword argument, `overrides`: key ->
+    the value given (plain str, int, float, bool or list), or None.
+
+    The help names the key in parentheses; with `from_runs`, it says instead that a left-out option takes
+    the --model run's value of the key, else the schema's default, and a value outside the key's range is
+    refused as the command line is read. A `UserError` the command raises names each key it sets
+    (`errors.setting`) by its option, and those of the section `set_section` by `--set SECTION.KEY` (the
+    command takes them so).
 
     So a new key of the section is a new option of every such command with no other edit; `flags` only
     renames an option or moves it to another panel. `--help` lists the options without a panel first,
     then the panels in the order of `panels`."""
+    fields = _fields(section, keys)
+    option_of = functools.partial(_option_of, option_names(section, prefix, flags, keys), set_section)
 
     def decorate(command: Command) -> Command:
         own = [  # typer passes every parameter by name
@@ -101,8 +129,7 @@ def config_options(
             if p.name != "overrides"
         ]
         made = [
-            _parameter(section, prefix, field, flags.get(field.name), panel)
-            for field in dataclasses.fields(section)
+            _parameter(section, prefix, field, flags.get(field.name), panel, from_runs) for field in fields
         ]
         clash = {p.name for p in own} & {p.name for p in made}
         if clash:
@@ -110,8 +137,12 @@ def config_options(
 
         @functools.wraps(command)
         def wrapper(**given: Any) -> Any:
-            overrides = {p.name: _plain(given.pop(p.name)) for p in made}
-            return command(overrides=overrides, **given)
+            try:
+                overrides = {p.name: _value(given.pop(p.name), flags.get(p.name)) for p in made}
+                return command(overrides=overrides, **given)
+            except UserError as error:
+                error.names = option_of
+                raise
 
         rank = {name: i + 1 for i, name in enumerate(panels)}
         ordered = sorted(
@@ -127,16 +158,34 @@ def config_options(
     return decorate
 
 
-def config_flag_names(section: type, prefix: str, flags: Mapping[str, Flag]) -> dict[str, str]:
-    """key -> the option that sets it, for error messages about a value given on the command line."""
-    return {field.name: flag_name(field.name, flags.get(field.name)) for field in dataclasses.fields(section)}
+def option_names(
+    section: type, prefix: str, flags: Mapping[str, Flag], keys: Sequence[str] | None = None
+) -> dict[str, str]:
+    """Config key (e.g. "decode.beam_size") -> the option that sets it, for each key of `section` (of
+    `keys` when given) that `config_options` makes an option of."""
+    return {
+        f"{prefix}.{field.name}": flag_name(field.name, flags.get(field.name))
+        for field in _fields(section, keys)
+    }
+
+
+def _fields(section: type, keys: Sequence[str] | None) -> list[dataclasses.Field]:
+    """The keys of `section` that are options: all, or those in `keys`."""
+    return [field for field in dataclasses.fields(section) if keys is None or field.name in keys]
+
+
+def _option_of(names: Mapping[str, str], set_section: str, key: str) -> str:
+    """How a command names config key `key` in its messages: by its option (`names`), by `--set KEY` for
+    a key of `set_section`, else as the key."""
+    through_set = set_section and key.startswith(f"{set_section}.")
+    return names.get(key) or (f"{SET} {key}" if through_set else key)
 
 
 def _parameter(
-    section: type, prefix: str, field: dataclasses.Field, flag: Flag | None, panel: str
+    section: type, prefix: str, field: dataclasses.Field, flag: Flag | None, panel: str, from_runs: bool
 ) -> inspect.Parameter:
     key, kind = field.name, field_types(section)[field.name]
-    text, metavar = field.metadata["short"].rstrip("."), None
+    text, metavar = field.metadata["short"].rstrip("."), (flag and flag.metavar) or None
     if "choices" in field.metadata:
         kind, metavar = choices_enum(section, key), "NAME"  # a narrow type column; the choices in the help
         choices = field.metadata["choices"]
@@ -146,19 +195,42 @@ def _parameter(
         kind = Path
     elif kind is bool:
         metavar = ""  # a switch takes no value
+    elif typing.get_origin(kind) is list:
+        kind = str  # the text `Flag.parse` reads
     name = flag_name(key, flag)
-    declared = [f"{name}/{(flag and flag.negative) or '--no-' + name[2:]}" if kind is bool else name]
+    negative = "--no-" + name[2:] if flag is None or flag.negative == "" else flag.negative
+    declared = [f"{name}/{negative}" if kind is bool and negative else name]
     if flag and flag.short:
         declared.append(flag.short)
+    ranges = {}
+    if from_runs:  # a value out of range is refused as the command line is read
+        ranges = {"min": field.metadata.get("ge"), "max": field.metadata.get("le")}
+        ranges = {bound: value for bound, value in ranges.items() if value is not None}
     option = typer.Option(
         None,
         *declared,
-        help=f"{text} ({key}).",  # the key's name: `prefix` is in the command's own help
+        help=f"{text}{_default_help(prefix, field) if from_runs else f' ({key})'}.",
         metavar=metavar,
         rich_help_panel=(flag and flag.panel) or panel,
         show_default=False,
+        **ranges,
     )
     return inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind | None)
+
+
+def _default_help(prefix: str, field: dataclasses.Field) -> str:
+    """ ". Default: the --model run's PREFIX.KEY, else VALUE" (the schema's default, unless empty)."""
+    default = field.default_factory() if field.default is dataclasses.MISSING else field.default
+    shown = ",".join(map(str, default)) if isinstance(default, list) else default
+    otherwise = f", else {shown}" if shown not in ("", False) else ""
+    return f". Default: the --model run's {prefix}.{field.name}{otherwise}"
+
+
+def _value(value: Any, flag: Flag | None) -> Any:
+    """An option's value as the config holds it (`_plain`), a list key's read from its text."""
+    if value is not None and flag is not None and flag.parse is not None:
+        return flag.parse(value)
+    return _plain(value)
 
 
 def _plain(value: Any) -> Any:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from ..console import info
-from ..evaluation.by_length import merge_reports
+from ..evaluation.metrics.saved_reports import merge_reports
 from ..io import read_json
 
 plot_app = typer.Typer(help="Draw figures from saved results.", no_args_is_help=True)
@@ -32,7 +32,7 @@ def plot_curve(
 ) -> None:
     """Redraw BLEU by sentence length from saved reports; several reports share one figure (same buckets)."""
     merged = merge_reports([(str(path), read_json(path)) for path in reports])
-    from ..evaluation.plots import save_curve  # matplotlib is slow to import: only when drawing
+    from ..evaluation.metrics.plots import save_curve  # matplotlib is slow to import: only when drawing
 
     output = output or reports[0].parent / "curve.png"
     save_curve(merged, output)
@@ -47,7 +47,7 @@ def plot_training(
     ),
 ) -> None:
     """Draw training and dev loss, and dev BLEU, against updates from a run's metrics.jsonl."""
-    from ..evaluation.plots import save_figure, training_figure
+    from ..evaluation.metrics.plots import save_figure, training_figure
     from ..training.log import read_metrics
 
     output = output or run_dir / "training.png"

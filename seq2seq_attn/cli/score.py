@@ -1,5 +1,5 @@
-"""`seq2seq score`: forced decoding of given translations, and n-best rescoring (evaluation/likelihood.py
-does the work).
+"""`seq2seq score`: forced decoding of given translations, and n-best rescoring
+(evaluation/models/likelihood.py does the work).
 
 torch is imported inside the command, so `seq2seq --help` and every other command start fast.
 """
@@ -19,7 +19,7 @@ from ..io import atomic_write, check_writable, read_lines, write_json
 from .options import MODEL_HELP, Device, device_option
 
 if TYPE_CHECKING:
-    from ..evaluation.likelihood import Scorer
+    from ..evaluation.models.likelihood import Scorer
 
 Penalty = choices_enum(DecodeConfig, "length_penalty")
 
@@ -73,7 +73,7 @@ def score_command(
     log-probability, the number of target pieces (EOS included), their mean, whether the source was cut,
     then the corpus perplexity by source-length bucket on stderr. With --nbest, rescore a `translate
     --nbest` list with one or more weighted models and write it re-ranked (or the best with --best)."""
-    from ..evaluation.likelihood import load_scorer
+    from ..evaluation.models.likelihood import load_scorer
     from ..model.device import resolve_device
 
     check_options(model, tgt, nbest, best, pieces, report)
@@ -124,7 +124,7 @@ def score_pairs(
     scorer: Scorer, sources: list[str], targets: list[str], fmt: str, pieces: bool, report: Path | None
 ) -> tuple[list[str], str]:
     """The rows of every pair and the perplexity table (also written to `report` when given)."""
-    from ..evaluation.likelihood import format_score, render_perplexity
+    from ..evaluation.models.likelihood import format_score, render_perplexity
 
     scores = scorer.score(sources, targets)
     found = scorer.perplexity(sources, scores)
@@ -145,7 +145,7 @@ def rescore_rows(
 ) -> list[str]:
     """The n-best list re-ranked by the weighted models (`likelihood.rescore`), or each line's best."""
     from ..decoding.translate import nbest_row
-    from ..evaluation.likelihood import best_texts, read_nbest, rescore
+    from ..evaluation.models.likelihood import best_texts, read_nbest, rescore
 
     ranked = rescore(read_nbest(str(nbest), len(sources)), sources, scorers, weights, penalty, alpha)
     if best:

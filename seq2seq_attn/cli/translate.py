@@ -19,7 +19,7 @@ from ..config import DecodeConfig
 from ..console import info
 from ..errors import UserError
 from ..io import check_writable, open_binary
-from .options import Device, Flag, config_flag_names, config_options, device_option, models_option
+from .options import Device, Flag, config_options, device_option, models_option
 
 SEARCH, SPEED, OUTPUT = "Search", "Speed", "Output"  # the panels of `translate --help`
 
@@ -38,7 +38,6 @@ DECODE_FLAGS = {
     "replace_unk": Flag(panel=OUTPUT),
     "unk_dictionary": Flag("--dictionary", panel=OUTPUT),
 }
-OPTIONS = config_flag_names(DecodeConfig, "decode", DECODE_FLAGS)  # key -> option, for error messages
 
 OUTPUT_AVERAGE_HELP = (
     "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder so `translate "
@@ -96,11 +95,13 @@ def translate_command(
     if given["unk_dictionary"] and given["replace_unk"] is None:
         given["replace_unk"] = True  # a dictionary is for UNK replacement
     target = resolve_device(device.value, "--device")
-    translator = load_translator(model, target, given, average=average, names=OPTIONS)
+    translator = load_translator(model, target, given, average=average)
 
     each = None
     if attention is not None:
-        from ..evaluation.heatmap import attention_files  # matplotlib is slow to import: only when drawing
+        from ..evaluation.models.heatmap import (
+            attention_files,  # matplotlib is slow to import: only when drawing
+        )
 
         each = attention_files(translator, attention)
     count = translate_file(translator, input_path, output_path, scores, each)
@@ -115,9 +116,9 @@ def average_command(
     output: Path = typer.Option(..., "--output", "-o", help=OUTPUT_AVERAGE_HELP, show_default=False),
 ) -> None:
     """Average the weights of several checkpoints of one run into one checkpoint."""
-    from ..decoding.average import average_checkpoints
-    from ..decoding.run_folder import average_latest
-    from ..model.checkpoint import save_checkpoint
+    from ..runs.average import average_checkpoints
+    from ..runs.checkpoint import save_checkpoint
+    from ..runs.run_folder import average_latest
 
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:

@@ -12,12 +12,13 @@ import difflib
 import enum
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from ..errors import UserError
+from ..errors import UserError, setting
 from .schema import Config, field_types
 
 T = TypeVar("T")
@@ -120,19 +121,19 @@ def _build(cls: type, raw: Any, prefix: str, where: str) -> Any:
     return built
 
 
-def override(section: T, changes: dict[str, Any], prefix: str, options: dict[str, str]) -> T:
+def override(section: T, changes: Mapping[str, Any], prefix: str) -> T:
     """A copy of config section `section` (e.g. `config.decode`, prefix "decode.") with the changes that
-    are not None applied, each checked as a value read from a config file; `options` names the
-    command-line option of each key for the error message."""
+    are not None applied, each checked as a value read from a config file; the error names each changed
+    key as where the caller sets it (`errors.setting`)."""
     hints, fields = field_types(type(section)), {f.name: f for f in dataclasses.fields(section)}
     given = {key: value for key, value in changes.items() if value is not None}
     checked = {
-        key: _check_value(value, hints[key], fields[key].metadata, prefix + key, options[key])
+        key: _check_value(value, hints[key], fields[key].metadata, prefix + key, setting(prefix + key))
         for key, value in given.items()
     }
     result = dataclasses.replace(section, **checked)
     if hasattr(result, "check"):
-        result.check(", ".join(options[key] for key in given) or "config")
+        result.check(", ".join(setting(prefix + key) for key in given) or "config")
     return result
 
 

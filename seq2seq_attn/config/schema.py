@@ -602,31 +602,89 @@ class EvalConfig:
     buckets: list[int] = option(
         [0, 10, 20, 30, 40, 50, 60],
         "Bucket edges in words; bucket i is [edge_i, edge_i+1), the last is open.",
+        short="Bucket edges in words. Bucket i is [edge_i, edge_i+1) and the last is open: with 0,10,20 a "
+        "9-word sentence is in 0-10, a 10-word one in 10-20, a 25-word one in 20+.",
     )
-    bucket_by: str = option("source", "Length used for bucketing.", choices=["source", "reference"])
+    bucket_by: str = option(
+        "source",
+        "Length used for bucketing.",
+        choices=["source", "reference"],
+        short="Whose length picks the bucket: the source's or the reference's.",
+    )
     words: str = option(
         "whitespace",
         "How bucket lengths count words: white-space separated, or Moses-tokenised (the paper's unit).",
         choices=["whitespace", "moses"],
+        short="How lengths count words: white-space separated, or Moses-tokenised (the paper's unit).",
+    )
+    words_lang: str = option(
+        "",
+        "With words: moses, the language of the bucketed side ('': the trained runs' own, from their data "
+        "section).",
+        short="With --words moses: the language of the bucketed side (none: the --model runs' own).",
     )
     bootstrap: int = option(
         1000,
         "Bootstrap resamples for the 95% confidence interval and the paired test (0: none).",
         ge=0,
+        short="Bootstrap resamples for the 95% BLEU interval (0: none).",
     )
     significance: str = option(
         "paired-bs",
         "Paired test of two systems' BLEU difference (as sacrebleu's): bootstrap resampling or "
         "approximate randomization, with `bootstrap` resamples or trials.",
         choices=["paired-bs", "paired-ar"],
+        short="Paired test of BLEU differences per bucket, as sacrebleu's: bootstrap resampling (paired-bs) "
+        "or approximate randomization (paired-ar), with --bootstrap resamples or trials.",
+    )
+    baseline: str = option(
+        "",
+        "The label of the system every other one is compared with ('': every pair of systems).",
+        short="Compare every other system with this one (none: every pair of systems).",
     )
     seed: int = option(12345, "Seed of the bootstrap.", ge=0)
-    min_bucket_size: int = option(30, "Buckets with fewer sentences are flagged as unreliable.", ge=0)
+    min_bucket_size: int = option(
+        30,
+        "Buckets with fewer sentences are flagged as unreliable.",
+        ge=0,
+        short="Flag buckets with fewer sentences.",
+    )
+    lowercase: bool = option(
+        False,
+        "Case-insensitive BLEU and chrF (sacrebleu's -lc; the signatures say case:lc); on by itself when a "
+        "trained run writes lowercased text (data.tokenize: task).",
+        short="Case-insensitive BLEU and chrF (sacrebleu's -lc; the signatures say case:lc). On by itself "
+        "when a --model run writes lowercased text (data.tokenize: task).",
+    )
+    moses_bleu: str = option(
+        "",
+        "Also report BLEU-moses in this target language ('': not): BLEU of text tokenised by the Moses "
+        "tokenizer, with no further tokenisation and no smoothing (the paper's multi-bleu.perl setting).",
+        short="Also report BLEU-moses: BLEU of text tokenised by the Moses tokenizer for target language "
+        "LANG, with no further tokenisation and no smoothing (the paper's multi-bleu.perl setting).",
+    )
+    task_ref: str = option(
+        "",
+        "Also report BLEU-task, a shared task's metric, against this file ('': not): BLEU of the hypotheses "
+        "lowercased, punctuation-normalised and Moses-tokenised with escaping, against the references as "
+        "the task processed them (line-aligned with the references, e.g. Multi30k's *.lc.norm.tok.fr); no "
+        "smoothing.",
+        path=True,
+        short="Also report BLEU-task, a shared task's metric: BLEU of the hypotheses lowercased, "
+        "punctuation-normalised and Moses-tokenised with escaping, against FILE, the references as the "
+        "task processed them (line-aligned with --ref, e.g. Multi30k's *.lc.norm.tok.fr); no smoothing.",
+    )
+    task_lang: str = option(
+        "",
+        "With task_ref: the language of the task's references ('': the trained runs' target language).",
+        short="With --task-ref: the references' language (none: the --model runs' target language).",
+    )
     align_threshold: float = option(
         0.3,
         "`seq2seq align --method threshold`: link every word pair whose attention is at least this.",
         ge=0,
         le=1,
+        short="For --method threshold.",
     )
 
 

@@ -3,8 +3,8 @@
 Forced decoding feeds the reference y_<i at every step instead of the model's own choice and reads off,
 for each target piece y_i (and the final EOS), its log-probability log p(y_i | y_<i, x) and the attention
 alpha_ij over the source pieces x_j. Three readers share this one pass: `seq2seq score` sums the
-log-probabilities (evaluation/likelihood.py), `seq2seq align` turns the attention into word links
-(evaluation/align.py) and the lexical shortlist counts attention-weighted co-occurrences
+log-probabilities (evaluation/models/likelihood.py), `seq2seq align` turns the attention into word links
+(evaluation/models/align.py) and the lexical shortlist counts attention-weighted co-occurrences
 (shortlist_learning.py). Validation during training is not a reader: its dev loss goes through the
 training loss with training batching (training/validate.py).
 

@@ -2,8 +2,8 @@
 
 `translate`, `eval --model`, `score`, `align`, the Python API and the benchmarks all load through
 `load_one` (one model) or `load_runs`, so a run is searched alike everywhere, and each takes what
-`load_one` takes: a run folder or checkpoint file, an exported model folder (model_folder.py), or a model
-on the Hugging Face hub, `hf://OWNER/NAME` (hub.py). One run is searched as itself; several are checked
+`load_one` takes: a run folder or checkpoint file, an exported model folder (runs/model_folder.py), or a model
+on the Hugging Face hub, `hf://OWNER/NAME` (runs/hub.py). One run is searched as itself; several are checked
 to share the target vocabulary and searched as one `Ensemble` (ensemble.py). The search uses the first
 run's `decode` section with the caller's changes, each checked as a config value; `decode.precision:
 int8` searches an int8 copy (int8.py) and `decode.lexical_shortlist` the run's shortlist (shortlist.py).
@@ -23,13 +23,15 @@ import torch
 from torch import nn
 
 from ..config import Config, DecodeConfig, override
-from ..errors import UserError
-from ..model.checkpoint import weights_fingerprint
+from ..errors import UserError, setting
+from ..runs import hub, model_folder
+from ..runs.checkpoint import weights_fingerprint
+from ..runs.run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
+from ..runs.shortlist_table import load_table
 from ..vocab.pieces import Vocab
-from . import hub, int8, model_folder
+from . import int8
 from .ensemble import Ensemble, attending_models, check_same_target, side_fingerprint
-from .run_folder import averaged_weights, load_trained, resolve_checkpoint, run_dir_of
-from .shortlist import Shortlisted, load_table
+from .shortlist import Shortlisted
 from .translate import Translator
 
 DECODE_PREFIX = "decode."  # how the library names a decode key in its messages
@@ -48,12 +50,9 @@ class Runs:
     checkpoints: list[Path]  # the checkpoint file of each run (with `average`, the last one averaged)
     average: int = 0
 
-    def translator(
-        self, decode: Mapping[str, Any] | None = None, names: Mapping[str, str] | None = None
-    ) -> Translator:
+    def translator(self, decode: Mapping[str, Any] | None = None) -> Translator:
         """A Translator searching with the first run's `decode` section, changed by the values of `decode`
-        (decode key -> value) that are not None, each checked as a config value; `names` says how the
-        caller calls each key in error messages (default `decode.<key>`). When the runs' source
+        (decode key -> value) that are not None, each checked as a config value. When the runs' source
         vocabularies differ, each model reads the source through its own."""
         changes = dict(decode or {})
         known = {field.name for field in dataclasses.fields(DecodeConfig)}
@@ -62,8 +61,7 @@ class Runs:
             raise UserError(
                 f"{DECODE_PREFIX}{unknown[0]}: no such decode key (the keys: {', '.join(sorted(known))})"
             )
-        names = dict(names) if names else {key: DECODE_PREFIX + key for key in changes}
-        settings = override(self.configs[0].decode, changes, DECODE_PREFIX, names)
+        settings = override(self.configs[0].decode, changes, DECODE_PREFIX)
         shared = len({side_fingerprint(vocab, "src") for vocab in self.vocabs}) == 1
         others = [] if shared else self.vocabs[1:]
         model = self.model
@@ -79,7 +77,7 @@ class Runs:
                 averaged_weights(self.average),
             )
         if settings.precision == "int8":
-            model = int8.search_copy(model, self.device, names.get("precision", DECODE_PREFIX + "precision"))
+            model = int8.search_copy(model, self.device, setting(DECODE_PREFIX + "precision"))
         if table is not None:
             model = Shortlisted(model, table)
         return Translator(model, self.vocabs[0], settings, self.device, other_src_vocabs=others)
@@ -99,8 +97,8 @@ class Trained:
 
 def load_one(path: str | Path, device: torch.device | str = "cpu", average: int = 0) -> Trained:
     """The trained model `path` names, whatever names it: `hf://OWNER/NAME[@REVISION]` (fetched from the
-    hub, hub.py), an exported model folder (model_folder.py), a run folder or a checkpoint file
-    (run_folder.py; with `average` K > 0, its last K step-N.pt checkpoints averaged). The one place that
+    hub, runs/hub.py), an exported model folder (runs/model_folder.py), a run folder or a checkpoint file
+    (runs/run_folder.py; with `average` K > 0, its last K step-N.pt checkpoints averaged). The one place that
     tells them apart, so that every decode takes every kind."""
     on_hub = hub.hub_model(path)
     local = hub.local_path(path, list(model_folder.LOADED_FILES))
@@ -147,8 +145,7 @@ def load_translator(
     decode: Mapping[str, Any] | None = None,
     *,
     average: int = 0,
-    names: Mapping[str, str] | None = None,
 ) -> Translator:
     """A Translator of one trained run, or of the ensemble of several (`load_runs`), searching with the
     first run's decode settings changed by `decode` (`Runs.translator`)."""
-    return load_runs(paths, device, average).translator(decode, names)
+    return load_runs(paths, device, average).translator(decode)

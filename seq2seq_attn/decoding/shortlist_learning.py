@@ -1,4 +1,5 @@
-"""A translation lexicon learned from a trained model's own attention: the candidates of shortlist.py.
+"""A translation lexicon learned from a trained model's own attention: the candidates of shortlist.py, the
+most frequent target pieces beside them, and the share of a dev set's reference pieces they cover.
 
 For a sample of training pairs, each reference piece y_i is forced through the model and adds its
 attention weight alpha_ij to the count of every source piece x_j it attended: count(x_j, y_i) +=
@@ -24,13 +25,32 @@ from ..config.constants import SIDES
 from ..console import progress
 from ..errors import UserError
 from ..io import read_lines
-from ..model.checkpoint import weights_fingerprint
+from ..runs.checkpoint import weights_fingerprint
+from ..runs.run_folder import load_trained, resolve_checkpoint, run_dir_of
+from ..runs.shortlist_table import LexicalTable, save_table
 from ..vocab.pieces import Vocab, data_file
 from .forced import by_source_length, forced_pass
-from .run_folder import load_trained, resolve_checkpoint, run_dir_of
-from .shortlist import LexicalTable, coverage, frequent_pieces, save_table
 
 CHUNK_PAIRS = 2000  # pairs forced through the model between two merges of the counts
+
+
+def frequent_pieces(tgt_ids: Sequence[Sequence[int]], vocab_size: int, count: int) -> np.ndarray:
+    """The `count` most frequent target ids in `tgt_ids`, most frequent first (ties: the lower id)."""
+    flat = np.fromiter((i for ids in tgt_ids for i in ids), dtype=np.int64)
+    frequency = np.bincount(flat, minlength=vocab_size)
+    order = np.lexsort((np.arange(vocab_size), -frequency))  # by frequency, then id
+    return order[: min(count, vocab_size)].astype(np.int32)
+
+
+def coverage(
+    table: LexicalTable, src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]
+) -> float:
+    """The share of reference pieces (EOS excluded) that are among their sentence's candidates."""
+    covered = total = 0
+    for src, tgt in zip(src_ids, tgt_ids, strict=True):
+        covered += int(np.isin(np.asarray(tgt), table.sentence_candidates(src)).sum())
+        total += len(tgt)
+    return covered / total if total else 1.0
 
 
 def attention_counts(

@@ -1,5 +1,5 @@
 """The model stage: bidirectional RNN encoder, attention scorers, RNNsearch / RNNencdec and Luong decoders,
-the device and precision they run in, and the checkpoint file their weights are saved in.
+and the device and precision they run in.
 """
 
 from .seq2seq import Seq2Seq, build_model

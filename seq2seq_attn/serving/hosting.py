@@ -28,7 +28,7 @@ from typing import Any
 from ..api import Found, Model, load
 from ..config.loader import to_dict
 from ..errors import UserError
-from ..evaluation.likelihood import Score
+from ..evaluation.models.likelihood import Score
 from .batching import MicroBatcher
 from .limits import BatchLimits
 

@@ -4,7 +4,7 @@ A training checkpoint holds everything the next update depends on: weights, opti
 states and data position of every rank, the counters in `Progress`, the resolved config and the
 vocabulary's fingerprint. So a run killed at any point and resumed reaches step N with the same parameters
 as an uninterrupted run (CPU, same thread count). It is written as any checkpoint is
-(model/checkpoint.py), into the run folder (decoding/run_folder.py).
+(runs/checkpoint.py), into the run folder (runs/run_folder.py).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from ..config import Config, to_dict
-from ..decoding.run_folder import LATEST, checkpoint_dir
 from ..errors import UserError
-from ..model.checkpoint import load_checkpoint
+from ..runs.checkpoint import load_checkpoint
+from ..runs.run_folder import LATEST, checkpoint_dir
 from .batches import TrainingBatches
 from .distributed import Ranks
 from .log import improves, rank_value

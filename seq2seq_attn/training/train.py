@@ -26,12 +26,12 @@ import torch
 from .. import console
 from ..config import Config, to_yaml
 from ..data.prepare import prepare
-from ..decoding.run_folder import BEST, LATEST, VOCAB_DIR, checkpoint_dir, save_validated
 from ..errors import UserError
 from ..io import TEMP_SUFFIX, exclusive, write_text
 from ..model import Seq2Seq, build_model
-from ..model.checkpoint import save_checkpoint
 from ..model.device import resolve_device, tf32_products, uses_bf16, uses_tf32
+from ..runs.checkpoint import save_checkpoint
+from ..runs.run_folder import BEST, LATEST, VOCAB_DIR, checkpoint_dir, save_validated
 from ..vocab.cache import build_cache, load_cache
 from ..vocab.pieces import Vocab, build_vocab, vocab_dir
 from . import distributed

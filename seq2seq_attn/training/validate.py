@@ -18,7 +18,7 @@ import torch
 from ..config import Config
 from ..decoding.forced import evaluating
 from ..decoding.search import translate_ids
-from ..evaluation.bleu import bleu_metric
+from ..evaluation.metrics.bleu import bleu_metric
 from ..io import read_lines
 from ..vocab.batching import collate
 from ..vocab.cache import load_cache

@@ -1,17 +1,11 @@
 """BLEU and chrF of one or more systems, overall and by sentence length (Bahdanau et al. 2014, Fig. 2).
 
-This module computes the report (inputs, buckets, scores); `bootstrap` resamples the sentences and
-`report` renders the result as text, markdown, CSV or JSON.
+This module computes the report: the systems (inputs.py) scored on every sentence and, by length, on each
+bucket (buckets.py); `bootstrap` resamples the sentences and `report` renders the result as text,
+markdown, CSV or JSON.
 
 Scores always come from sacrebleu, which tokenises detokenised text itself, so they are comparable with
 published numbers; the signatures reported with them say exactly how they were computed.
-
-Length buckets. A sentence's length is its number of words in the source (or in the reference with
-bucket_by="reference"): white-space separated, or with words="moses" the Moses tokenizer's words, the
-paper's unit (the report's "words" says which, e.g. "moses:en"). Edges [0, 10, 20, ..., 60] define
-half-open buckets [edge_i, edge_i+1): a 9-word sentence is in "0-10", a 10-word one in "10-20", and
-the last bucket [60, inf) is labelled "60+". Empty buckets are kept (count 0, scores null); buckets with
-fewer than min_bucket_size sentences are kept and flagged ("few": true), never hidden.
 
 Subsets. Every sentence is scored ("all"), and each extra subset gets the same rows: Table 1 of
 Bahdanau et al. also scores the sentences without unknown words ("no UNK": every source and reference
@@ -28,7 +22,8 @@ on every bucket of every subset: the BLEU difference, its interval over the same
 the p-value of sacrebleu's paired bootstrap (paired-bs, from those resamples) or approximate
 randomization test (paired-ar), as `bootstrap` computes them.
 
-The report (returned by `evaluate`, saved as JSON) has a stable, versioned layout: docs/evaluation.md.
+The report (returned by `evaluate`, saved as JSON) has a stable, versioned layout: docs/evaluation.md;
+saved_reports.py reads it back.
 """
 
 from __future__ import annotations
@@ -36,18 +31,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.base import Score
 
-from ..config import EvalConfig
-from ..data import moses
-from ..errors import UserError
-from ..io import read_lines
+from ...config import EvalConfig
+from ...data import moses
+from ...errors import UserError, setting
 from .bleu import bleu_metric, tokenised_bleu
 from .bootstrap import (
     ALPHA,
@@ -58,140 +50,16 @@ from .bootstrap import (
     randomization_p,
     sentence_stats,
 )
-from .diagnostics import SentenceAttention, bucket_row, sentence_counts
-from .report import INTERVAL, METRICS, length_unit, moses_lang_of, words_label
+from .buckets import bucket_index, bucket_labels, check_edges, word_counts, words_unit
+from .diagnostics import bucket_row, sentence_counts
+from .inputs import System, check_aligned, check_inputs
+from .report import INTERVAL, METRICS, words_label
 
 if TYPE_CHECKING:
-    from ..vocab.pieces import Vocab
+    from ...vocab.pieces import Vocab
 
 REPORT_FORMAT = "seq2seq-attn eval report"
 REPORT_VERSION = 2
-
-
-@dataclass(frozen=True)
-class System:
-    """One system's output: a label for tables and legends, one hypothesis per reference line, and for a
-    trained run searched here its attention (one `SentenceAttention` per line, None for an empty one)."""
-
-    label: str
-    hypotheses: list[str]
-    path: str = ""  # where the hypotheses came from, for messages and the report ("" if not a file)
-    attention: Sequence[SentenceAttention | None] | None = None
-    sources_cut: int | None = None  # a trained run's sources cut to decode.max_src_tokens pieces
-
-
-# ----------------------------------------------------------------------------------------------------------
-# inputs
-
-
-def read_text(path: str | Path) -> list[str]:
-    return list(read_lines(path))
-
-
-def default_label(path: str | Path) -> str:
-    """The file name without its extension(s): runs/a/hyp.test.txt.gz -> hyp.test."""
-    return Path(Path(path).name.removesuffix(".gz")).stem
-
-
-def load_systems(paths: Sequence[str | Path], labels: Sequence[str] = ()) -> list[System]:
-    """Read hypothesis files; labels pair with paths in order and default to the file stems."""
-    if labels and len(labels) != len(paths):
-        raise UserError(f"{len(labels)} labels for {len(paths)} hypothesis files: one each, or none")
-    labels = list(labels) or [default_label(path) for path in paths]
-    return [System(label, read_text(path), str(path)) for label, path in zip(labels, paths, strict=True)]
-
-
-def parse_edges(text: str, option: str = "eval.buckets") -> list[int]:
-    """'0,10,20' -> [0, 10, 20] (then validated by `check_edges`); `option` names the text in errors."""
-    try:
-        edges = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UserError(
-            f"{option} {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30"
-        ) from None
-    return check_edges(edges, option)
-
-
-def check_edges(edges: Sequence[int], option: str = "eval.buckets") -> list[int]:
-    edges = list(edges)
-    if not edges or edges[0] != 0 or any(low >= high for low, high in pairwise(edges)):
-        raise UserError(
-            f"bucket edges {edges}: expected strictly increasing word counts starting at 0, e.g. 0,10,20 "
-            f"({option})"
-        )
-    return edges
-
-
-def check_aligned(name: str, count: int, other: str, other_count: int) -> None:
-    if count != other_count:
-        raise UserError(
-            f"{name} has {count} lines but {other} has {other_count}: hypotheses, references and sources "
-            "must be line-aligned"
-        )
-
-
-def _check_inputs(
-    systems: Sequence[System],
-    references: Sequence[str],
-    sources: Sequence[str] | None,
-    references_path: str,
-    sources_path: str,
-) -> None:
-    ref_name = references_path or "the references"
-    if not references:
-        raise UserError(f"{ref_name}: no lines to evaluate")
-    if not systems:
-        raise UserError("no system to evaluate")
-    for system in systems:
-        check_aligned(
-            system.path or f"system {system.label!r}", len(system.hypotheses), ref_name, len(references)
-        )
-    if sources is not None:
-        check_aligned(sources_path or "the sources", len(sources), ref_name, len(references))
-    labels = [system.label for system in systems]
-    for label in labels:
-        if labels.count(label) > 1:
-            raise UserError(
-                f"system label {label!r} is used {labels.count(label)} times: give each system its own label"
-            )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# buckets
-
-
-def bucket_index(lengths: np.ndarray, edges: Sequence[int]) -> np.ndarray:
-    """Bucket i of each length, edges[i] <= length < edges[i+1]; the last bucket is open-ended."""
-    return np.searchsorted(np.asarray(edges), lengths, side="right") - 1
-
-
-def bucket_labels(edges: Sequence[int]) -> list[dict[str, Any]]:
-    """[0, 10, 60] -> 0-10, 10-60, 60+ ("10-60" holds 10 to 59 words)."""
-    highs = [*edges[1:], None]
-    return [
-        {"label": f"{low}-{high}" if high is not None else f"{low}+", "low": low, "high": high}
-        for low, high in zip(edges, highs, strict=True)
-    ]
-
-
-def word_counts(lines: Sequence[str], moses_lang: str | None = None) -> np.ndarray:
-    """Words per line: white-space separated, or the Moses tokenizer's words of language `moses_lang`."""
-    if moses_lang:
-        return np.array([moses.word_count(line, moses_lang) for line in lines], dtype=np.int64)
-    return np.array([len(line.split()) for line in lines], dtype=np.int64)
-
-
-def words_unit(config: EvalConfig, words_lang: str | None) -> str | None:
-    """The Moses language bucket lengths are counted in, or None for white-space words (`eval.words`)."""
-    if config.words == "whitespace":
-        return None
-    if not words_lang:
-        raise UserError(f"eval.words: moses needs the language of the {config.bucket_by} sentences")
-    return words_lang
-
-
-# ----------------------------------------------------------------------------------------------------------
-# scores
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -325,15 +193,15 @@ def groups(subset: Subset, buckets: np.ndarray | None, labels: Sequence[str]) ->
 # paired comparisons
 
 
-def comparison_pairs(
-    labels: Sequence[str], baseline: str | None, option: str = "baseline"
-) -> list[tuple[int, int]]:
-    """(system, baseline) index pairs: each system against `baseline`, or every pair in report order;
-    `option` names the baseline in errors."""
+def comparison_pairs(labels: Sequence[str], baseline: str | None) -> list[tuple[int, int]]:
+    """(system, baseline) index pairs: each system against `baseline` (`eval.baseline`), or every pair in
+    report order."""
     if baseline is None:
         return [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels))]
     if baseline not in labels:
-        raise UserError(f"{option} {baseline!r}: no system has that label (labels: {', '.join(labels)})")
+        raise UserError(
+            f"{setting('eval.baseline')} {baseline!r}: no system has that label (labels: {', '.join(labels)})"
+        )
     base = labels.index(baseline)
     return [(i, base) for i in range(len(labels)) if i != base]
 
@@ -400,17 +268,15 @@ def evaluate(
     sources_path: str = "",
     subsets: Sequence[Subset] = (),
     tokenised: Sequence[TokenisedBleu] = (),
-    baseline: str | None = None,
-    words_lang: str | None = None,
-    lowercase: bool = False,
 ) -> dict[str, Any]:
     """Score every system on all sentences and on each of `subsets`, overall and, with `by_length`, per
-    length bucket, and compare each pair of systems (or each with `baseline`) on the same sentences;
-    returns the report (see top). `tokenised`: the tokenised BLEUs to report beside sacrebleu's;
-    `words_lang`: the bucketed side's language, for `eval.words: moses`; `lowercase`: sacrebleu's BLEU
-    and chrF case-insensitive (their signatures say case:lc)."""
+    length bucket, and compare each pair of systems (or each with `config.baseline`) on the same
+    sentences; returns the report (see top). `tokenised`: the tokenised BLEUs to report beside
+    sacrebleu's. `config.words_lang` is the bucketed side's language, for `eval.words: moses`;
+    `config.lowercase` makes sacrebleu's BLEU and chrF case-insensitive (their signatures say case:lc)."""
     config = config or EvalConfig()
-    _check_inputs(systems, references, sources, references_path, sources_path)
+    baseline = config.baseline or None
+    check_inputs(systems, references, sources, references_path, sources_path)
     for spec in tokenised:
         if spec.references is not None:
             check_aligned(
@@ -421,7 +287,7 @@ def evaluate(
             )
     edges: list[int] = []
     buckets = None
-    moses_words = words_unit(config, words_lang) if by_length else None
+    moses_words = words_unit(config, config.words_lang) if by_length else None
     if by_length:
         edges = check_edges(config.buckets)
         if config.bucket_by == "source" and sources is None:
@@ -433,7 +299,7 @@ def evaluate(
 
     pairs = comparison_pairs([system.label for system in systems], baseline)
 
-    scorers = Scorers(references, tokenised, lowercase)
+    scorers = Scorers(references, tokenised, config.lowercase)
     stats = [scorers.stats(system.hypotheses) for system in systems]  # per system: {metric: (sentences, k)}
     by_subset = [  # the stats each subset's rows read: a system's own, or its outputs for that subset
         [
@@ -535,97 +401,3 @@ def score_groups(
             for k, row in enumerate(compare(pairs, group_rows, bleu_stats, resampled, config, seed)):
                 comparisons[k].append(row)
     return rows, comparisons
-
-
-# ----------------------------------------------------------------------------------------------------------
-# the sentences behind the numbers
-
-
-def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
-    """sacrebleu's chrF of each sentence on its own, (sentences,)."""
-    metric = CHRF(references=[list(references)])
-    stats = sentence_stats(metric, hypotheses)  # (sentences, 18)
-    return np.array([metric._compute_score_from_stats(row.tolist()).score for row in stats])
-
-
-def differing_examples(
-    report: dict[str, Any],
-    systems: Sequence[System],
-    references: Sequence[str],
-    sources: Sequence[str] | None,
-    per_bucket: int = 3,
-) -> list[dict[str, Any]]:
-    """For each bucket of `report` (or all sentences when not bucketed), the `per_bucket` sentences where
-    the systems' sentence chrF differ most (with one system: where it is lowest).
-
-    Returns [{"bucket": label, "sentences": [{"line": 0-based line, "source": str or "", "reference": str,
-    "outputs": [{"label": str, "text": str, "chrf": float}]}]}].
-    """
-    chrf = np.stack([sentence_chrf(system.hypotheses, references) for system in systems])  # (systems, n)
-    spread = chrf.max(axis=0) - chrf.min(axis=0) if len(systems) > 1 else -chrf[0]  # (sentences,)
-    groups: list[tuple[str, np.ndarray]] = [("all", np.arange(len(references)))]
-    if report["edges"]:
-        lines = sources if report["bucket_by"] == "source" else references
-        lengths = word_counts(lines, moses_lang_of(report.get("words")))
-        index = bucket_index(lengths, report["edges"])
-        groups = [(b["label"], np.flatnonzero(index == i)) for i, b in enumerate(report["buckets"])]
-    examples = []
-    for label, members in groups:
-        chosen = members[np.argsort(-spread[members], kind="stable")[:per_bucket]]
-        sentences = [
-            {
-                "line": int(i),
-                "source": sources[i] if sources is not None else "",
-                "reference": references[i],
-                "outputs": [
-                    {"label": system.label, "text": system.hypotheses[i], "chrf": float(chrf[k, i])}
-                    for k, system in enumerate(systems)
-                ],
-            }
-            for i in chosen
-        ]
-        examples.append({"bucket": label, "sentences": sentences})
-    return examples
-
-
-# ----------------------------------------------------------------------------------------------------------
-# saved reports
-
-
-def check_report(report: Any, name: str) -> dict[str, Any]:
-    if not isinstance(report, dict) or report.get("format") != REPORT_FORMAT:
-        raise UserError(f"{name}: not a report saved by `seq2seq eval --format json`")
-    if report.get("version") != REPORT_VERSION:
-        raise UserError(
-            f"{name}: report version {report.get('version')}, this seq2seq-attn reads {REPORT_VERSION}"
-        )
-    return report
-
-
-def bucketing(report: dict[str, Any]) -> str:
-    """How a report's sentences were bucketed, e.g. "[0, 10, 20] by source, in words"."""
-    return f"{report['edges']} by {report['bucket_by']}, in {length_unit(report)}"
-
-
-def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    """One report holding the systems of several saved ones, to draw them together; buckets must agree."""
-    first_name, first = named[0][0], check_report(named[0][1], named[0][0])
-    merged = {**first, "systems": list(first["systems"]), "comparisons": list(first["comparisons"])}
-    merged["diagnostics"] = list(first.get("diagnostics", []))
-    for name, report in named[1:]:
-        check_report(report, name)
-        if bucketing(report) != bucketing(first):
-            raise UserError(
-                f"{name} has buckets {bucketing(report)} but {first_name} has {bucketing(first)}: "
-                "evaluate them with the same buckets"
-            )
-        merged["systems"] += report["systems"]
-        merged["comparisons"] += report["comparisons"]
-        merged["diagnostics"] += report.get("diagnostics", [])
-    labels = [system["label"] for system in merged["systems"]]
-    for label in labels:
-        if labels.count(label) > 1:
-            raise UserError(
-                f"system label {label!r} appears in more than one report: give the systems distinct labels"
-            )
-    return merged

@@ -1,9 +1,9 @@
 """`seq2seq eval` around the scoring: trained runs as systems, the options they imply, the report files.
 
-`by_length.py` scores hypotheses. This module brings trained runs in (it translates the sources with each
-run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller leaves unset
-from those runs' configs, and writes what the report becomes: the table in a file, the length curve and
-the self-contained HTML page with heat maps of how the runs attend.
+`metrics/by_length.py` scores hypotheses. This module brings trained runs in (it translates the sources
+with each run's own decode settings and keeps the hypotheses), takes the `eval` keys that the caller
+leaves unset from those runs' configs, and writes what the report becomes: the table in a file, the
+length curve and the self-contained HTML page with heat maps of how the runs attend.
 
 A system may be an ensemble of runs (decoding/ensemble.py): it translates with the first run's decode
 settings, and its first run's config stands for it (its `eval` and `data` sections, whether it has attention).
@@ -11,42 +11,48 @@ settings, and its first run's config stands for it (its `eval` and `data` sectio
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import Config, EvalConfig, override
-from ..console import info
-from ..data import moses
-from ..decoding.hub import hub_model
-from ..errors import UserError
-from ..io import read_json, write_text
-from .by_length import (
-    Subset,
-    System,
-    TokenisedBleu,
-    check_aligned,
-    comparison_pairs,
-    differing_examples,
-    evaluate,
-    read_text,
-    shortlist_subset,
-)
-from .diagnostics import SentenceAttention
-from .report import render
+from ...config import Config, EvalConfig, override
+from ...console import info
+from ...data import moses
+from ...errors import UserError, setting
+from ...io import read_json, write_text
+from ...runs.hub import hub_model
+from ..metrics.by_length import Subset, TokenisedBleu, comparison_pairs, evaluate, shortlist_subset
+from ..metrics.diagnostics import SentenceAttention
+from ..metrics.examples import differing_examples
+from ..metrics.inputs import System, check_aligned, read_text
+from ..metrics.report import render
 
 if TYPE_CHECKING:
     import torch
 
-    from ..decoding.loader import Runs
-    from ..decoding.translate import Translation, Translator
-    from ..vocab.pieces import Vocab
+    from ...decoding.loader import Runs
+    from ...decoding.translate import Translation, Translator
+    from ...vocab.pieces import Vocab
 
-# the `eval` keys a call may override
-EVAL_KEYS = ("buckets", "bucket_by", "words", "bootstrap", "seed", "min_bucket_size", "significance")
 SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".md": "markdown"}  # report format by file extension
 HTML_HEATMAPS = 3  # attention heat maps per trained run in an HTML report without length buckets
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one evaluation scores: the hypothesis files read (`inputs.load_systems`) and the trained runs
+    that translate the sources ((runs, label) pairs: one run, or an ensemble's), against the references,
+    overall and with `by_length` by length bucket. The runs search with their own decode settings changed
+    by `decode` (key -> value) and keep their hypotheses in `keep_in` (default: the run folder)."""
+
+    references: Path
+    sources: Path | None = None
+    systems: Sequence[System] = ()
+    runs: Sequence[tuple[Sequence[Path], str]] = ()
+    by_length: bool = False
+    decode: Mapping[str, Any] = field(default_factory=dict)
+    keep_in: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -103,15 +109,15 @@ def translate_run(
     sources: list[str],
     hyp_path: Path,
     device: torch.device,
-    decode: dict[str, Any] | None = None,
+    decode: Mapping[str, Any] | None = None,
 ) -> TranslatedRun:
     """Translate `sources` with a trained run (or the ensemble of `runs`) and its own decode settings (the
     first run's) changed by `decode` (key -> value, `eval --set decode.KEY=VALUE`), and keep the
     hypotheses file. Says how many sources were cut to `decode.max_src_tokens` pieces."""
-    from ..decoding.loader import load_runs
+    from ...decoding.loader import load_runs
 
     loaded = load_runs(runs, device)
-    translator = loaded.translator(decode, {key: f"--set decode.{key}" for key in decode or {}})
+    translator = loaded.translator(decode)
     cut = sum(len(ids) > translator.cfg.max_src_tokens for ids in translator.vocab.encode_src(sources))
     if cut:
         most = translator.cfg.max_src_tokens
@@ -141,18 +147,20 @@ def sentence_attention(translator: Translator, translation: Translation) -> Sent
     )
 
 
-def runs_eval_section(configs: Sequence[Config], given: dict[str, Any], names: dict[str, str]) -> EvalConfig:
+def runs_eval_section(configs: Sequence[Config], given: Mapping[str, Any]) -> EvalConfig:
     """The `eval` section the runs were configured with (the schema's defaults without runs). Runs that
-    differ in a key that `given` leaves None leave no single answer: an error names the key and how to
-    set it (`names[key]`, e.g. the command-line option)."""
+    differ in a key of `given` (the keys the caller may set) that it leaves None leave no single answer:
+    an error names the key and where the caller sets it."""
     if not configs:
         return EvalConfig()
     first = configs[0].eval
     for other in configs[1:]:
-        for key in EVAL_KEYS:
+        for key in given:
             if given[key] is None and getattr(other.eval, key) != getattr(first, key):
                 values = f"{getattr(first, key)} vs {getattr(other.eval, key)}"
-                raise UserError(f"the trained runs differ in eval.{key} ({values}): give {names[key]}")
+                raise UserError(
+                    f"the trained runs differ in eval.{key} ({values}): give {setting('eval.' + key)}"
+                )
     return first
 
 
@@ -185,64 +193,28 @@ def no_unk_subset(subset: Subset, translated: Sequence[TranslatedRun], sources: 
     return replace(subset, definition=definition, outputs=outputs)
 
 
-def bucketed_lang(configs: Sequence[Config], bucket_by: str) -> str | None:
-    """The language of the sentences that pick the bucket, from the first run's data section."""
-    if not configs:
-        return None
-    data = configs[0].data
-    return data.src_lang if bucket_by == "source" else data.tgt_lang
-
-
-def evaluate_runs(
-    systems: list[System],
-    references_path: Path,
-    sources_path: Path | None,
-    runs: Sequence[tuple[Sequence[Path], str]],
-    given: dict[str, Any],
-    names: dict[str, str],
-    *,
-    by_length: bool = False,
-    baseline: str | None = None,
-    moses_lang: str | None = None,
-    task_ref: Path | None = None,
-    task_lang: str | None = None,
-    words_lang: str | None = None,
-    keep_in: Path | None = None,
-    decode: dict[str, Any] | None = None,
-    lowercase: bool = False,
-) -> Evaluation:
-    """Score `systems` and the trained `runs` ((runs, label) pairs: one run, or an ensemble's) against the
-    references.
+def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
+    """Score the request's systems and trained runs against the references.
 
     Each run translates the sources (kept as `hypotheses_path`). The `eval` keys in `given` that are not
-    None override the runs' eval section (`runs_eval_section`); `names` says how a user sets each key,
-    for error messages. A run with a word vocabulary (a shortlist) adds the sentences free of unknown
-    words as their own rows ("no UNK", Bahdanau et al. 2014, Table 1). Moses-counted lengths
-    (`eval.words: moses`) are in `words_lang`, or else in the first run's language of the bucketed side.
-    `moses_lang` adds the paper's Moses BLEU in that language, `task_ref` a shared task's BLEU against
-    that file of processed references, in `task_lang` (by default the first run's target language).
-    sacrebleu's BLEU and chrF are case-insensitive with `lowercase`, or when a run writes lowercased text
-    (`Vocab.lowercases`), so that every system of one report is scored alike.
+    None override the runs' eval section (`runs_eval_section`), each checked as a config value. A run with
+    a word vocabulary (a shortlist) adds the sentences free of unknown words as their own rows ("no UNK",
+    Bahdanau et al. 2014, Table 1). The settings left to the runs (`settled`): Moses-counted lengths in
+    the first run's language of the bucketed side, the task's BLEU in its target language, and
+    case-insensitive BLEU and chrF when a run writes lowercased text (`Vocab.lowercases`), so that every
+    system of one report is scored alike.
     """
-    from ..model.device import resolve_device
-
-    references = read_text(references_path)
-    sources = read_text(sources_path) if sources_path is not None else None
-    task_references = read_text(task_ref) if task_ref is not None else None
-    if task_references is not None:  # checked before minutes of translation
-        check_aligned(str(task_ref), len(task_references), str(references_path), len(references))
-    comparison_pairs([system.label for system in systems] + [label for _, label in runs], baseline)
-    if runs and (sources is None or sources_path is None):
-        raise UserError("a trained run translates the sources: give the source file")
-    translated = []
-    if runs:
-        device = resolve_device("auto", "the device")
-        for paths, label in runs:
-            hyp_path = hypotheses_path(paths[0], label, sources_path, keep_in)
-            translated.append(translate_run(paths, label, sources, hyp_path, device, decode))
-    systems = [*systems, *(run.system for run in translated)]
-    section = runs_eval_section([run.config for run in translated], given, names)
-    config = override(section, given, "eval.", names)
+    references = read_text(request.references)
+    sources = read_text(request.sources) if request.sources is not None else None
+    if given.get("task_ref"):  # the task's references given: checked before minutes of translation
+        task_ref = given["task_ref"]
+        check_aligned(task_ref, len(read_text(task_ref)), str(request.references), len(references))
+    labels = [system.label for system in request.systems] + [label for _, label in request.runs]
+    comparison_pairs(labels, given.get("baseline") or None)
+    translated = translate_runs(request, sources)
+    systems = [*request.systems, *(run.system for run in translated)]
+    section = runs_eval_section([run.config for run in translated], given)
+    config = settled(override(section, given, "eval."), translated)
     # (label, vocabulary) of the word-vocabulary runs: their shortlists define the "no UNK" sentences
     shortlists = [(run.system.label, run.vocab) for run in translated if run.vocab.model_type == "word"]
     subsets = []
@@ -252,37 +224,67 @@ def evaluate_runs(
         systems,
         references,
         sources,
-        by_length=by_length,
+        by_length=request.by_length,
         config=config,
-        references_path=str(references_path),
-        sources_path=str(sources_path) if sources_path is not None else "",
+        references_path=str(request.references),
+        sources_path=str(request.sources) if request.sources is not None else "",
         subsets=subsets,
-        tokenised=tokenised_bleus(
-            moses_lang, (task_ref, task_references), task_lang or target_lang(translated)
-        ),
-        baseline=baseline,
-        words_lang=words_lang or bucketed_lang([run.config for run in translated], config.bucket_by),
-        lowercase=lowercase or any(run.vocab.lowercases for run in translated),
+        tokenised=tokenised_bleus(config),
     )
     return Evaluation(report, systems, references, sources, translated)
 
 
-def target_lang(translated: Sequence[TranslatedRun]) -> str | None:
-    """The target language of the first trained run, None without one."""
-    return translated[0].config.data.tgt_lang if translated else None
+def translate_runs(request: Request, sources: list[str] | None) -> list[TranslatedRun]:
+    """Each trained run of the request as a system: its translation of the sources, kept as
+    `hypotheses_path`."""
+    if not request.runs:
+        return []
+    if sources is None or request.sources is None:
+        raise UserError("a trained run translates the sources: give the source file")
+    from ...model.device import resolve_device
+
+    device = resolve_device("auto", "the device")
+    return [
+        translate_run(
+            paths,
+            label,
+            sources,
+            hypotheses_path(paths[0], label, request.sources, request.keep_in),
+            device,
+            request.decode,
+        )
+        for paths, label in request.runs
+    ]
 
 
-def tokenised_bleus(
-    moses_lang: str | None, task: tuple[Path | None, list[str] | None], task_lang: str | None
-) -> list[TokenisedBleu]:
-    """The tokenised BLEUs asked for: the paper's Moses BLEU in `moses_lang`; the task's BLEU when `task`
-    holds a file of the task's processed references and its lines, in `task_lang`."""
-    found = [TokenisedBleu("bleu_moses", moses.Pipeline(moses_lang))] if moses_lang else []
-    path, lines = task
-    if lines is not None:
-        if not task_lang:
-            raise UserError(f"{path}: the language of the task's references is needed (--task-lang)")
-        found.append(TokenisedBleu("bleu_task", moses.task_pipeline(task_lang), lines, str(path)))
+def settled(config: EvalConfig, translated: Sequence[TranslatedRun]) -> EvalConfig:
+    """`config` with what its empty keys leave to the trained runs: the language of the bucketed side
+    (`words_lang`) and of the task's references (`task_lang`), from the first run's data section, and
+    case-insensitive scores (`lowercase`) when a run writes lowercased text."""
+    data = translated[0].config.data if translated else None
+    bucketed = (data.src_lang if config.bucket_by == "source" else data.tgt_lang) if data else ""
+    return replace(
+        config,
+        words_lang=config.words_lang or bucketed,
+        task_lang=config.task_lang or (data.tgt_lang if data else ""),
+        lowercase=config.lowercase or any(run.vocab.lowercases for run in translated),
+    )
+
+
+def tokenised_bleus(config: EvalConfig) -> list[TokenisedBleu]:
+    """The tokenised BLEUs `config` asks for: the paper's Moses BLEU in `moses_bleu`; the task's BLEU
+    against the file of the task's processed references `task_ref`, in `task_lang`."""
+    found = [TokenisedBleu("bleu_moses", moses.Pipeline(config.moses_bleu))] if config.moses_bleu else []
+    if config.task_ref:
+        if not config.task_lang:
+            raise UserError(
+                f"{config.task_ref}: the language of the task's references is needed "
+                f"({setting('eval.task_lang')})"
+            )
+        lines = read_text(config.task_ref)
+        found.append(
+            TokenisedBleu("bleu_task", moses.task_pipeline(config.task_lang), lines, config.task_ref)
+        )
     return found
 
 
@@ -296,7 +298,12 @@ def write_report(report: dict[str, Any], fmt: str | None, output: Path | None, p
         shown = render(report, "text")
         info(f"wrote {output}")
     if plot is not None:
-        from .plots import diagnostics_figure, diagnostics_path, save_curve, save_figure  # (slow to import)
+        from ..metrics.plots import (  # (slow to import)
+            diagnostics_figure,
+            diagnostics_path,
+            save_curve,
+            save_figure,
+        )
 
         save_curve(report, plot)
         info(f"wrote {plot}")
@@ -316,8 +323,8 @@ def read_alignment(path: Path) -> dict[str, Any]:
 
 def attention_heatmaps(run: TranslatedRun, sources: list[str], lines: Sequence[int]) -> list[dict[str, str]]:
     """[{"title", "svg"}] of the given source lines, as the run attends while translating them."""
+    from ..metrics.plots import svg_text
     from .heatmap import attention_figure
-    from .plots import svg_text
 
     run.translator.with_attention = True
     heatmaps = []
@@ -331,9 +338,9 @@ def attention_heatmaps(run: TranslatedRun, sources: list[str], lines: Sequence[i
 
 def write_html(path: Path, evaluation: Evaluation, alignment: dict[str, Any] | None = None) -> None:
     """The self-contained HTML report (see `html_report`); heat maps of the trained runs with attention."""
+    from ..metrics.html_report import render_html
+    from ..metrics.plots import curve_figure, diagnostics_figure, svg_text  # (matplotlib: slow to import)
     from .heatmap import pick_by_length
-    from .html_report import render_html
-    from .plots import curve_figure, diagnostics_figure, svg_text  # (matplotlib: slow to import)
 
     report = evaluation.report
     curve = svg_text(curve_figure(report)) if report["buckets"] else ""

@@ -47,12 +47,12 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..config import EvalConfig
-from ..decoding.forced import by_source_length, forced_pass
-from ..errors import UserError
-from ..io import read_lines
-from .by_length import bucket_index, bucket_labels, word_counts
-from .diagnostics import word_attention
+from ...config import EvalConfig
+from ...decoding.forced import by_source_length, forced_pass
+from ...errors import UserError
+from ...io import read_lines
+from ..metrics.buckets import bucket_index, bucket_labels, word_counts
+from ..metrics.diagnostics import word_attention
 
 GOLD_FORMATS = ("pharaoh", "naacl")
 METHODS = ("argmax", "threshold")
@@ -308,7 +308,7 @@ def alignment_figure(
 
 def figure_svg(figure) -> str:
     """The figure, laid out again for its title, as an inline `<svg>` element (plots.svg_text)."""
-    from .plots import svg_text
+    from ..metrics.plots import svg_text
 
     with warnings.catch_warnings():  # a glyph missing from the font draws as a box (see heatmap.py)
         warnings.simplefilter("ignore", UserWarning)

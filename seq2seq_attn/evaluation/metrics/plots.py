@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..errors import UserError
-from ..io import atomic_write
+from ...errors import UserError
+from ...io import atomic_write
 from .diagnostics import DIAGNOSTICS
 from .report import bucket_rows, length_unit
 

@@ -30,17 +30,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..config import Config, DecodeConfig, EvalConfig
-from ..console import progress
-from ..decoding.forced import by_tokens, forced_pass
-from ..decoding.search import length_penalty
-from ..decoding.translate import clean
-from ..errors import UserError
-from ..io import read_lines
-from ..model.device import uses_bf16
-from ..vocab.pieces import Vocab
-from .by_length import bucket_index, bucket_labels, check_edges, word_counts, words_unit
-from .report import words_label
+from ...config import Config, DecodeConfig, EvalConfig
+from ...console import progress
+from ...decoding.forced import by_tokens, forced_pass
+from ...decoding.search import length_penalty
+from ...decoding.translate import clean
+from ...errors import UserError
+from ...io import read_lines
+from ...model.device import uses_bf16
+from ...vocab.pieces import Vocab
+from ..metrics.buckets import bucket_index, bucket_labels, check_edges, word_counts, words_unit
+from ..metrics.report import words_label
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ def best_texts(ranked: Sequence[NbestEntry]) -> list[str]:
 def load_scorer(path, device: torch.device | str = "cpu") -> Scorer:
     """A Scorer for a trained model (a run folder or checkpoint file, an exported model folder, a hub
     model: `loader.load_one`), with its own decode settings."""
-    from ..decoding.loader import load_one
+    from ...decoding.loader import load_one
 
     trained = load_one(path, device)
     return Scorer(trained.model, trained.vocab, trained.config, device)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..vocab.pieces import word_of_piece
+from ...vocab.pieces import word_of_piece
 
 DROPPED_BELOW = 0.5  # a source word whose coverage is below this was likely left untranslated
 REPEATED_ABOVE = 2.0  # ... above this, translated more than once

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..model.checkpoint import load_checkpoint
+from .checkpoint import load_checkpoint
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, Any]:

@@ -28,9 +28,9 @@ from ..config import Config, from_dict
 from ..errors import UserError
 from ..io import TEMP_SUFFIX, fsync_dir
 from ..model import build_model
-from ..model.checkpoint import CheckpointNotFound, load_checkpoint, save_checkpoint
 from ..vocab.pieces import Vocab
 from .average import average_checkpoints
+from .checkpoint import CheckpointNotFound, load_checkpoint, save_checkpoint
 
 CHECKPOINT_DIR = "checkpoints"
 VOCAB_DIR = "vocab"  # the run's own copy of its sentencepiece models

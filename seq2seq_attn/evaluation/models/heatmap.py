@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..io import write_json
-from .plots import save_figure
+from ...io import write_json
+from ..metrics.plots import save_figure
 
 if TYPE_CHECKING:
-    from ..decoding.translate import Translation, Translator
+    from ...decoding.translate import Translation, Translator
 
 CELL_INCHES = 0.3  # room per label while the figure is small
 MAX_INCHES = 30.0  # largest side of a figure

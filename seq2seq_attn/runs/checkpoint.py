@@ -4,7 +4,7 @@ A checkpoint is one `torch.save` file holding tensors and plain Python data only
 it is always loaded with `torch.load(weights_only=True)`: a crafted file carrying a pickle payload is
 refused and its payload never runs. It is written to a temporary file, fsynced and renamed over the
 target, so a kill at any instant leaves the previous checkpoint intact. What a run folder holds is
-`decoding/run_folder.py`'s; what a training checkpoint holds, `training/state.py`'s.
+`run_folder.py`'s; what a training checkpoint holds, `training/state.py`'s.
 """
 
 from __future__ import annotations
