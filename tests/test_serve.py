@@ -26,10 +26,11 @@ from helpers import ENV, ROOT, assert_one_line_error, browse, run_main
 import seq2seq_attn as s2s
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.io import read_json
-from seq2seq_attn.serving.app import create_app, word_alignment
+from seq2seq_attn.serving.app import create_app
 from seq2seq_attn.serving.batching import MicroBatcher
 from seq2seq_attn.serving.hosting import ModelSpec, host_models, read_conf
 from seq2seq_attn.serving.limits import BatchLimits, Limits
+from seq2seq_attn.serving.opennmt import word_alignment
 
 LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
 LIMITS = Limits(max_body_bytes=20_000, max_sentences=8, max_chars=300, max_nbest=4)

@@ -30,7 +30,7 @@ from ..config.loader import to_dict
 from ..errors import UserError
 from ..evaluation.likelihood import Score
 from .batching import MicroBatcher
-from .limits import BatchLimits
+from .limits import BatchLimits, Refusal
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
 OPENNMT_KEYS = {"n_best": "nbest"}  # OpenNMT-py's option names that mean one of our decode keys
@@ -151,6 +151,15 @@ class HostedModel:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+
+
+def find(hosted: Mapping[int, HostedModel], model_id: int | None) -> HostedModel:
+    """The model hosted under `model_id` (None: the only one hosted); 404 when there is none."""
+    if model_id is None and len(hosted) == 1:
+        return next(iter(hosted.values()))
+    if model_id not in hosted:
+        raise Refusal(404, f"No such model '{model_id}' (the models: {', '.join(map(str, hosted))})")
+    return hosted[model_id]
 
 
 def host_models(

@@ -1,8 +1,10 @@
 """What a server lets one request ask for, and how it batches requests: each default defined once, for
-`seq2seq serve`'s options and the Python that builds a server (no web framework or torch to import)."""
+`seq2seq serve`'s options and the Python that builds a server (no web framework or torch to import); and
+the checks that refuse a request over them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -22,3 +24,25 @@ class BatchLimits:
 
     max_sentences: int = 32
     max_wait: float = 0.005  # seconds
+
+
+class Refusal(Exception):
+    """A request refused with `status` and a one-line reason (answered as `{"error", "status"}`)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def check_sentences(limits: Limits, sentences: Sequence[str], what: str = "sentences") -> None:
+    """Refuse (413) more sentences than `limits` allow, or a sentence longer than they allow."""
+    if len(sentences) > limits.max_sentences:
+        raise Refusal(413, f"{len(sentences)} {what}: at most {limits.max_sentences} per request")
+    for n, sentence in enumerate(sentences):
+        if len(sentence) > limits.max_chars:
+            raise Refusal(413, f"{what}[{n}]: {len(sentence)} characters, at most {limits.max_chars}")
+
+
+def check_nbest(limits: Limits, n: int) -> None:
+    if n > limits.max_nbest:
+        raise Refusal(413, f"nbest {n}: at most {limits.max_nbest}")
