@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -207,9 +208,32 @@ def test_a_refused_request_gets_a_one_line_json_error(
     assert error["status"] == "error" and fragment in error["error"] and "\n" not in error["error"]
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "where"),
+    [
+        ("/v1/translate", b'{"model": 100, "sentences": ["a \\ud800 b"]}', "sentences.0"),
+        ("/translator/translate", b'[{"src": "\\udfff", "id": 100}]', "0.src"),
+        ("/v1/score", b'{"model": 100, "sources": ["a"], "targets": ["\\ud83d"]}', "targets.0"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_in_one_log_line_and_the_connection_kept(
+    client: TestClient, caplog: pytest.LogCaptureFixture, route: str, body: bytes, where: str
+) -> None:
+    # JSON's \\uD800 escape decodes to half of a UTF-16 pair: a str no UTF-8 encoder (sentencepiece's,
+    # the answer's) takes
+    with caplog.at_level(logging.INFO):
+        answer = client.post(route, content=body)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == f"{where}: a lone surrogate (U+D800 to U+DFFF) is not text"
+    logged = [record for record in caplog.records if not record.name.startswith("httpx")]  # not the client
+    assert [record.getMessage() for record in logged] == [f"refused: {answer.json()['error']}"]
+    assert logged[0].exc_info is None
+    assert answer.headers.get("connection") != "close"
+
+
 def malformed_bodies(count: int, seed: int = 0) -> list[bytes]:
     """Bodies a broken or hostile client may send: cut and corrupted JSON, wrong types, huge strings,
-    invalid UTF-8, deep nesting, empty lists, numbers where text goes."""
+    invalid UTF-8, lone surrogates, deep nesting, empty lists, numbers where text goes."""
     rng = random.Random(seed)
     good = [
         json.dumps({"sentences": ["the cat sat"], "nbest": 2}).encode(),
@@ -224,6 +248,9 @@ def malformed_bodies(count: int, seed: int = 0) -> list[bytes]:
         lambda: json.dumps([{"src": rng.choice(values), "id": rng.choice(values)}]).encode(),
         lambda: json.dumps(rng.choice(values)).encode(),
         lambda: b"[" * rng.randrange(1, 3000),  # nesting
+        lambda: json.dumps(  # lone surrogates, where a model would read them
+            {"model": 100, "sentences": [rng.choice(["\ud800", "a \udfff", "\ud83d\ude00\ud83d"])]}
+        ).encode(),
         lambda: json.dumps(
             {"model": rng.choice(values), "sources": ["a"], "targets": rng.choice(values)}
         ).encode(),

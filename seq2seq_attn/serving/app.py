@@ -5,38 +5,27 @@ share.
 Built on FastAPI (Starlette underneath, served by uvicorn): typed request bodies give the `/v1` routes
 their checks and an OpenAPI description (`/openapi.json`, browsable at `/docs`) from one declaration.
 
-Every refusal is `{"error": "<one line>", "status": "error"}` with its status: 400 a body that is not
-JSON (or not UTF-8), 404 no such model, 413 over a size limit (body bytes, sentences, characters of one
-sentence), 422 a body of the wrong shape or a request the model refuses (the API's one-line reason, e.g.
-scoring with an ensemble); 500 only for a fault of ours, logged. No traceback reaches a client.
+Every refusal is `{"error": "<one line>", "status": "error"}` with its status (serving/errors.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import AsyncIterator
 from importlib import resources
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
-from ..errors import UserError
 from . import opennmt, v1
+from .errors import add_error_handlers, error_response
 from .hosting import HostedModel
 from .limits import Limits, Refusal
 
-LOG = logging.getLogger("seq2seq.serve")
 STATIC = resources.files("seq2seq_attn.serving") / "static"
-
-
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(message.split()), "status": "error"}, status_code=status)
 
 
 class BodyGuard:
@@ -71,36 +60,6 @@ class BodyGuard:
             return message
 
         await self.app(scope, counted, send)
-
-
-def add_error_handlers(app: FastAPI) -> None:
-    """Every refusal as `{"error", "status"}` (module docstring); a fault of ours logged, answered 500."""
-
-    @app.exception_handler(Refusal)
-    async def refused(_: Request, error: Refusal) -> JSONResponse:
-        return error_response(error.status, str(error))
-
-    @app.exception_handler(UserError)
-    async def user_error(_: Request, error: UserError) -> JSONResponse:
-        return error_response(422, str(error))
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, error: RequestValidationError) -> JSONResponse:
-        problems = error.errors()
-        if any(p.get("type") == "json_invalid" for p in problems):
-            return error_response(400, "the body is not valid JSON")
-        first = problems[0] if problems else {}
-        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
-        return error_response(422, f"{where}: {first.get('msg', 'invalid')}")
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, error: HTTPException) -> JSONResponse:
-        return error_response(error.status_code, str(error.detail))
-
-    @app.exception_handler(Exception)
-    async def fault(_: Request, error: Exception) -> JSONResponse:
-        LOG.exception("internal error")
-        return error_response(500, f"internal error: {type(error).__name__}")
 
 
 def create_app(

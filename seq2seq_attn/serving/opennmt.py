@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..api import Attention
 from ..vocab.pieces import word_of_piece
+from .errors import Text
 from .hosting import find
 from .limits import Refusal, check_sentences
 
@@ -25,7 +26,7 @@ class OpenNMTItem(BaseModel):
     """One input of OpenNMT-py's `/translate`; other keys are accepted and ignored, as there."""
 
     model_config = ConfigDict(extra="allow")
-    src: str
+    src: Text
     id: int | None = None
 
 

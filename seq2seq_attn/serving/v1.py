@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..api import Attention, Found
+from .errors import Text
 from .hosting import find
 from .limits import check_nbest, check_sentences
 
@@ -22,15 +23,15 @@ router = APIRouter(prefix="/v1", tags=["v1"])
 
 class TranslateRequest(BaseModel):
     model: int | None = Field(None, description="The model's id (optional when one model is hosted).")
-    sentences: list[str] = Field(description="Raw source sentences, one translation each.")
+    sentences: list[Text] = Field(description="Raw source sentences, one translation each.")
     nbest: int = Field(1, ge=1, description="Candidates per sentence, best first (a beam of at least n).")
     attention: bool = Field(False, description="Return the best candidate's attention and pieces.")
 
 
 class ScoreRequest(BaseModel):
     model: int | None = None
-    sources: list[str]
-    targets: list[str] = Field(description="One given translation per source.")
+    sources: list[Text]
+    targets: list[Text] = Field(description="One given translation per source.")
 
 
 def attention_json(attention: Attention | None) -> dict[str, Any] | None:
