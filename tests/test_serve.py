@@ -231,6 +231,21 @@ def test_a_lone_surrogate_is_refused_in_one_log_line_and_the_connection_kept(
     assert answer.headers.get("connection") != "close"
 
 
+def test_a_wrong_method_is_told_the_allowed_ones_and_head_answers_every_get_route(
+    client: TestClient,
+) -> None:
+    refused = client.get("/v1/translate")
+    assert (refused.status_code, refused.headers.get("allow")) == (405, "POST")
+    assert refused.json() == {"error": "Method Not Allowed", "status": "error"}
+    refused = client.delete("/v1/health")
+    assert (refused.status_code, refused.headers.get("allow")) == (405, "GET, HEAD")
+    for route in ["/", "/v1/health", "/v1/models", "/v1/models/7", "/translator/health", "/translator/models"]:
+        got, head = client.get(route), client.head(route)
+        assert (got.status_code, head.status_code) == (200, 200), route
+        assert head.content == b"" and head.headers["content-length"] == got.headers["content-length"]
+        assert head.headers["content-type"] == got.headers["content-type"]
+
+
 def malformed_bodies(count: int, seed: int = 0) -> list[bytes]:
     """Bodies a broken or hostile client may send: cut and corrupted JSON, wrong types, huge strings,
     invalid UTF-8, lone surrogates, deep nesting, empty lists, numbers where text goes."""

@@ -17,49 +17,15 @@ from importlib import resources
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import __version__
 from . import opennmt, v1
-from .errors import add_error_handlers, error_response
+from .errors import add_error_handlers
 from .hosting import HostedModel
-from .limits import Limits, Refusal
+from .limits import Limits
+from .middleware import BodyGuard, HeadAsGet
 
 STATIC = resources.files("seq2seq_attn.serving") / "static"
-
-
-class BodyGuard:
-    """ASGI middleware: a body over `limit` bytes is refused with 413 before it is read to the end, and
-    every body is read as JSON whatever its Content-Type says, as OpenNMT-py's server reads it
-    (`request.get_json(force=True)`: `curl -d` sends form encoding unless told otherwise)."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        json_type = (b"content-type", b"application/json")
-        scope = {**scope, "headers": [*(h for h in scope["headers"] if h[0] != b"content-type"), json_type]}
-        declared = headers.get(b"content-length", b"0")
-        too_big = f"request body over {self.limit} bytes"
-        if not declared.isdigit() or int(declared) > self.limit:
-            message = too_big if declared.isdigit() else "bad Content-Length"
-            await error_response(413 if declared.isdigit() else 400, message)(scope, receive, send)
-            return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise Refusal(413, too_big)
-            return message
-
-        await self.app(scope, counted, send)
 
 
 def create_app(
@@ -82,6 +48,7 @@ def create_app(
     )
     app.state.hosted, app.state.limits = hosted, limits
     app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
+    app.add_middleware(HeadAsGet)
     add_error_handlers(app)
     app.include_router(opennmt.router, prefix="/" + url_root.strip("/"))
     app.include_router(v1.router)

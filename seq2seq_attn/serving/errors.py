@@ -10,6 +10,7 @@ traceback reaches a client, and a refusal of a malformed body is one line in the
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Annotated
 
 from fastapi import FastAPI, Request
@@ -26,8 +27,10 @@ LOG = logging.getLogger("seq2seq.serve")
 LONE_SURROGATE = "lone_surrogate"  # the validation error of `Text`
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": " ".join(message.split()), "status": "error"}, status_code=status)
+def error_response(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": " ".join(message.split()), "status": "error"}, status_code=status, headers=headers
+    )
 
 
 def _is_text(value: str) -> str:
@@ -73,7 +76,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, error: HTTPException) -> JSONResponse:
-        return error_response(error.status_code, str(error.detail))
+        return error_response(error.status_code, str(error.detail), error.headers)  # 405's Allow
 
     @app.exception_handler(Exception)
     async def fault(_: Request, error: Exception) -> JSONResponse:
