@@ -231,6 +231,19 @@ def test_a_lone_surrogate_is_refused_in_one_log_line_and_the_connection_kept(
     assert answer.headers.get("connection") != "close"
 
 
+def test_a_chunked_body_over_the_limit_is_refused_with_413(client: TestClient) -> None:
+    def chunks():  # no Content-Length: the limit is found while the body is read
+        yield b'{"model": 100, "sentences": ["'
+        for _ in range(30):
+            yield b"x" * 1000
+        yield b'"]}'
+
+    answer = client.post("/v1/translate", content=chunks())
+    assert "content-length" not in answer.request.headers
+    assert answer.status_code == 413
+    assert answer.json() == {"error": "request body over 20000 bytes", "status": "error"}
+
+
 def test_a_wrong_method_is_told_the_allowed_ones_and_head_answers_every_get_route(
     client: TestClient,
 ) -> None:

@@ -1,7 +1,8 @@
 """The ASGI middleware in front of the routes: what every request goes through before a route sees it.
 
 - `HeadAsGet`: every GET route answers HEAD too (the GET's headers, no body), as HTTP asks.
-- `BodyGuard`: the body's size limit, and JSON whatever the Content-Type says.
+- `BodyGuard`: the body read whole before a route runs, within its size limit, as JSON whatever the
+  Content-Type says.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
-from .limits import Refusal
+
+CLOSE = {"connection": "close"}  # a body left unread: the connection cannot carry another request
 
 
 class HeadAsGet:
@@ -42,8 +44,9 @@ def _allow_head(name: bytes, value: bytes) -> tuple[bytes, bytes]:
 
 
 class BodyGuard:
-    """ASGI middleware: a body over `limit` bytes is refused with 413 before it is read to the end, and
-    every body is read as JSON whatever its Content-Type says, as OpenNMT-py's server reads it
+    """ASGI middleware: the whole body is read before a route sees it, so that one over `limit` bytes is
+    refused with 413 as soon as it passes the limit, whether it declared its length or came in chunks;
+    and every body is read as JSON whatever its Content-Type says, as OpenNMT-py's server reads it
     (`request.get_json(force=True)`: `curl -d` sends form encoding unless told otherwise)."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -53,23 +56,39 @@ class BodyGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
         json_type = (b"content-type", b"application/json")
         scope = {**scope, "headers": [*(h for h in scope["headers"] if h[0] != b"content-type"), json_type]}
-        declared = headers.get(b"content-length", b"0")
         too_big = f"request body over {self.limit} bytes"
-        if not declared.isdigit() or int(declared) > self.limit:
-            message = too_big if declared.isdigit() else "bad Content-Length"
-            await error_response(413 if declared.isdigit() else 400, message)(scope, receive, send)
+        if not declared.isdigit():
+            await error_response(400, "bad Content-Length")(scope, receive, send)
             return
-        seen = 0
+        body = b"" if int(declared) > self.limit else await self._read(receive)
+        if body is None:  # the client left before its body was complete: nobody to answer
+            return
+        if int(declared) > self.limit or len(body) > self.limit:
+            await error_response(413, too_big, CLOSE)(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
 
-        async def counted() -> Message:
-            nonlocal seen
+    async def _read(self, receive: Receive) -> bytes | None:
+        """The body, or its first chunks once they pass the limit; None if the client disconnected."""
+        body = bytearray()
+        while len(body) <= self.limit:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise Refusal(413, too_big)
-            return message
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        return bytes(body)
 
-        await self.app(scope, counted, send)
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that gives the body read, then what the client sends next (its disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
