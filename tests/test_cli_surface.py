@@ -86,6 +86,7 @@ EXPECTED_OPTIONS = {
     ],
     "serve": [
         "--allow-unk --no-unk",
+        "--allowed-host",
         "--alpha",
         "--at-max-len",
         "--batch-sentences",

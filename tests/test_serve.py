@@ -35,6 +35,7 @@ from seq2seq_attn.serving.opennmt import word_alignment
 
 LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
 LIMITS = Limits(max_body_bytes=20_000, max_sentences=8, max_chars=300, max_nbest=4)
+LOCAL = "http://localhost"  # a name the server answers (its Host check refuses TestClient's "testserver")
 # What OpenNMT-py 3.5.1's `onmt_server` answered (recorded from it by benchmarks/serve_load.py --record)
 OPENNMT = json.loads((ROOT / "tests" / "data" / "opennmt_server_3.5.1.json").read_text(encoding="utf-8"))
 
@@ -45,7 +46,7 @@ def client(tiny_run_dir: Path):
         ModelSpec(100, [str(tiny_run_dir)], {"beam_size": 3, "nbest": 2}, "tiny", report_align=True),
         ModelSpec(7, [str(tiny_run_dir), str(tiny_run_dir)], {"beam_size": 3}, "pair"),
     ]
-    with TestClient(create_app(host_models(specs), LIMITS)) as client:
+    with TestClient(create_app(host_models(specs), LIMITS), base_url=LOCAL) as client:
         yield client
 
 
@@ -161,7 +162,7 @@ def test_the_card_has_the_config_the_size_and_an_exported_folders_bleu_by_length
     exported = tmp_path / "exported"
     assert run_main("export", str(tiny_run_dir), "-o", str(exported), "--report", str(report)).returncode == 0
     specs = [ModelSpec(1, [str(exported)]), ModelSpec(2, [str(tiny_run_dir)])]
-    with TestClient(create_app(host_models(specs))) as client:
+    with TestClient(create_app(host_models(specs)), base_url=LOCAL) as client:
         card = client.get("/v1/models/1").json()
         assert card["bleu_by_length"] == [{"label": "tiny", "rows": rows}]
         assert card["parameters"] == s2s.load(tiny_run_dir).parameters > 0
@@ -252,7 +253,8 @@ def test_a_wrong_method_is_told_the_allowed_ones_and_head_answers_every_get_rout
     assert refused.json() == {"error": "Method Not Allowed", "status": "error"}
     refused = client.delete("/v1/health")
     assert (refused.status_code, refused.headers.get("allow")) == (405, "GET, HEAD")
-    for route in ["/", "/v1/health", "/v1/models", "/v1/models/7", "/translator/health", "/translator/models"]:
+    routes = ["/", "/v1/health", "/v1/models", "/v1/models/7", "/translator/health", "/translator/models"]
+    for route in routes:
         got, head = client.get(route), client.head(route)
         assert (got.status_code, head.status_code) == (200, 200), route
         assert head.content == b"" and head.headers["content-length"] == got.headers["content-length"]

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 
 from ..config import DecodeConfig
-from ..console import info
+from ..console import info, warn
 from ..errors import UserError
 from ..serving.limits import BatchLimits, Limits
 from .options import Device, config_options, device_option
@@ -60,6 +60,14 @@ def serve_command(
     ),
     model_id: int = typer.Option(100, "--id", help="The id of the --model model.", rich_help_panel=SERVER),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind.", rich_help_panel=SERVER),
+    allowed_host: list[str] | None = typer.Option(
+        None,
+        "--allowed-host",
+        metavar="NAME",
+        help="A Host name the server answers besides its local ones (repeat it; *.example.com, or *: any).",
+        show_default=False,
+        rich_help_panel=SERVER,
+    ),
     port: int = typer.Option(5000, "--port", help="Port to bind.", rich_help_panel=SERVER),
     url_root: str = typer.Option(
         "/translator", "--url-root", help="Where OpenNMT-py's routes live.", rich_help_panel=SERVER
@@ -95,13 +103,17 @@ def serve_command(
 
     from ..serving.app import create_app
     from ..serving.hosting import ModelSpec, host_models, read_conf
+    from ..serving.middleware import allowed_hosts
 
     specs = read_conf(conf) if conf else [ModelSpec(model_id, [str(path) for path in model or []])]
     decode = {key: value for key, value in (overrides or {}).items() if value is not None}
     batching = BatchLimits(max_batch, max_wait_ms / 1000)
     hosted = host_models(specs, device.value, batching, mix_int8, decode, threads)
     limits = Limits(max_body_bytes, max_sentences, max_chars, max_nbest)
-    app = create_app(hosted, limits, url_root)
+    hosts, warning = allowed_hosts(host, allowed_host or [])
+    if warning:
+        warn(warning)
+    app = create_app(hosted, limits, url_root, hosts)
     info(f"serve: {len(hosted)} model(s) ({', '.join(map(str, hosted))}) on http://{host}:{port}/")
     signal.signal(signal.SIGTERM, _stopped)  # uvicorn passes SIGTERM on once it has shut down
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECONDS)

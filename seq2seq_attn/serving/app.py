@@ -11,27 +11,32 @@ Every refusal is `{"error": "<one line>", "status": "error"}` with its status (s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib import resources
 
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .. import __version__
 from . import opennmt, v1
 from .errors import add_error_handlers
 from .hosting import HostedModel
 from .limits import Limits
-from .middleware import BodyGuard, HeadAsGet
+from .middleware import LOCAL_NAMES, BodyGuard, HeadAsGet
 
 STATIC = resources.files("seq2seq_attn.serving") / "static"
 
 
 def create_app(
-    hosted: dict[int, HostedModel], limits: Limits = Limits(), url_root: str = "/translator"
+    hosted: dict[int, HostedModel],
+    limits: Limits = Limits(),
+    url_root: str = "/translator",
+    hosts: Sequence[str] = tuple(LOCAL_NAMES),
 ) -> FastAPI:
-    """The FastAPI application serving `hosted` (model id -> model)."""
+    """The FastAPI application serving `hosted` (model id -> model) to requests whose Host is one of
+    `hosts` (`middleware.allowed_hosts` makes them from the bound address and the names given)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -45,10 +50,12 @@ def create_app(
         version=__version__,
         summary="RNN encoder-decoder translation with attention: OpenNMT-py's REST routes and /v1.",
         lifespan=lifespan,
+        redirect_slashes=False,  # a redirect would echo the client's Host
     )
     app.state.hosted, app.state.limits = hosted, limits
     app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
     app.add_middleware(HeadAsGet)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)
     add_error_handlers(app)
     app.include_router(opennmt.router, prefix="/" + url_root.strip("/"))
     app.include_router(v1.router)

@@ -12,13 +12,16 @@ client's `"id"` picks the model as it does there:
 
 `opt` holds `decode` keys (checked as in a config file; OpenNMT-py's `n_best` is read as `nbest`), paths
 are relative to the file. A model is searched exactly as `translate` and the API search it: the run's
-decode settings with the overrides given.
+decode settings with the overrides given. What a client is shown of a model (its listing, its card) holds
+no path of the machine: a path under the folder the server started in shows relative to it, any other as
+its name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -88,6 +91,7 @@ class HostedModel:
 
     def __init__(self, spec: ModelSpec, model: Model, limits: BatchLimits, mix_int8: bool = False) -> None:
         self.spec, self.model = spec, model
+        self.started_in = Path.cwd()  # where the paths it shows are relative to
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{spec.id}")
         mix = mix_int8 or model.decode.precision != "int8"
         self.batcher: MicroBatcher[Found] = MicroBatcher(self._search, self.executor, limits, mix)
@@ -113,13 +117,25 @@ class HostedModel:
         n, attention = settings
         return self.model.search(lines, n, attention)
 
+    def shown(self, value: Any) -> Any:
+        """`value` with each absolute path in it relative to where the server started, or its name when
+        it lies elsewhere (module docstring)."""
+        if isinstance(value, dict):
+            return {key: self.shown(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.shown(item) for item in value]
+        if not (isinstance(value, str) and os.path.isabs(value)):
+            return value
+        path = Path(value)
+        return str(path.relative_to(self.started_in)) if path.is_relative_to(self.started_in) else path.name
+
     def summary(self) -> dict[str, Any]:
         """What `/v1/models` lists of it."""
         decode = self.model.decode
         return {
             "id": self.id,
             "name": self.name,
-            "models": self.spec.paths,
+            "models": self.shown(self.spec.paths),
             "ensemble": len(self.spec.paths) > 1,
             "beam_size": decode.beam_size,
             "precision": decode.precision,
@@ -132,10 +148,10 @@ class HostedModel:
         report, its BLEU by length."""
         return {
             **self.summary(),
-            "checkpoints": [str(path) for path in self.model.checkpoints],
+            "checkpoints": self.shown([str(path) for path in self.model.checkpoints]),
             "parameters": self.model.parameters,
-            "config": to_dict(self.model.config),
-            "decode": to_dict(self.model.decode),
+            "config": self.shown(to_dict(self.model.config)),
+            "decode": self.shown(to_dict(self.model.decode)),
             "bleu_by_length": self.model.bleu_by_length,
         }
 
@@ -144,7 +160,7 @@ class HostedModel:
         return {
             "model_id": self.id,
             "opt": {**self.spec.decode, **({"report_align": True} if self.spec.report_align else {})},
-            "models": self.spec.paths,
+            "models": self.shown(self.spec.paths),
             "loaded": True,
             "timeout": -1,
         }

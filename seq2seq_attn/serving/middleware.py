@@ -1,5 +1,7 @@
 """The ASGI middleware in front of the routes: what every request goes through before a route sees it.
 
+- Starlette's `TrustedHostMiddleware` with `allowed_hosts`: only the server's own names are answered, so
+  a page elsewhere whose name was rebound to the server's address (DNS rebinding) reaches nothing.
 - `HeadAsGet`: every GET route answers HEAD too (the GET's headers, no body), as HTTP asks.
 - `BodyGuard`: the body read whole before a route runs, within its size limit, as JSON whatever the
   Content-Type says.
@@ -7,11 +9,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
 
+LOCAL_NAMES = ["127.0.0.1", "localhost", "[::1]"]  # a server's names on its own machine
+ANY_ADDRESS = {"0.0.0.0", "::", ""}  # binds that answer on every interface
 CLOSE = {"connection": "close"}  # a body left unread: the connection cannot carry another request
+
+
+def allowed_hosts(bind: str, named: Sequence[str]) -> tuple[list[str], str]:
+    """The Host names a server bound to `bind` answers (`TrustedHostMiddleware`'s patterns: a name, or
+    `*.example.com`, or `*` for any) and a warning for the user, or "": the local names, the bound
+    address, and the names given (`--allowed-host`). Bound to every interface, a server has no name of its
+    own to check against: without names given it answers any Host, and warns."""
+    if "*" in named:
+        return ["*"], ""
+    if bind in ANY_ADDRESS and not named:
+        return ["*"], (
+            f"serve: bound to {bind or 'every address'} without --allowed-host, so any Host header is "
+            "answered (a page elsewhere can reach the API by DNS rebinding): name the server's names with "
+            "--allowed-host"
+        )
+    address = f"[{bind}]" if ":" in bind else bind
+    own = [] if bind in ANY_ADDRESS or address in LOCAL_NAMES or bind == "::1" else [address]
+    return [*LOCAL_NAMES, *own, *named], ""
 
 
 class HeadAsGet:
