@@ -97,6 +97,50 @@ def test_the_first_inputs_id_picks_the_model_and_an_unknown_id_is_an_error(clien
     assert answer.json() == {"error": "No such model '3' (the models: 100, 7)", "status": "error"}
 
 
+@pytest.mark.parametrize(
+    ("method", "route"),
+    [("post", "clone_model/100"), ("get", "unload_model/100"), ("get", "to_cpu/7"), ("get", "to_gpu/7")],
+)
+def test_opennmts_model_management_routes_say_they_are_not_supported(
+    client: TestClient, method: str, route: str
+) -> None:
+    answer = client.request(method.upper(), f"/translator/{route}", json={"opt": {"beam_size": 2}})
+    assert answer.status_code == 501
+    error = answer.json()
+    assert error["status"] == "error" and error["error"].startswith(f"{route.split('/')[0]}: not supported")
+    assert client.post("/translator/translate", json=[{"src": "the cat", "id": 100}]).status_code == 200
+
+
+def test_opennmt_translations_keep_the_sources_outer_whitespace(client: TestClient) -> None:
+    sources = ["  the cat sat \n", "\ta dog", "the dog\u3000", "   ", ""]
+    ranks = client.post("/translator/translate", json=[{"src": s, "id": 100} for s in sources]).json()
+    best = s2s.load(client.app.state.hosted[100].spec.paths[0], beam_size=3).nbest(sources, 2)
+    for rank, answers in enumerate(ranks):
+        assert [a["src"] for a in answers] == sources
+        texts = [c[rank].text if rank < len(c) else "" for c in best]
+        # as OpenNMT-py: the source's leading and trailing whitespace around the translation
+        assert [a["tgt"] for a in answers] == [
+            "  " + texts[0] + " \n",
+            "\t" + texts[1],
+            texts[2] + "\u3000",
+            "      ",  # a blank source: its whitespace before, nothing, its whitespace after
+            "",
+        ]
+
+
+def test_a_request_without_an_id_asks_for_model_0_as_opennmt_py_does(
+    client: TestClient, tiny_run_dir: Path
+) -> None:
+    answer = client.post("/translator/translate", json=[{"src": "the cat"}])
+    assert answer.status_code == 404
+    assert answer.json()["error"] == "No such model '0' (the models: 100, 7)"
+    specs = [ModelSpec(0, [str(tiny_run_dir)], {"nbest": 2}), ModelSpec(5, [str(tiny_run_dir)])]
+    with TestClient(create_app(host_models(specs)), base_url=LOCAL) as zero:
+        assert len(zero.post("/translator/translate", json=[{"src": "the cat"}]).json()) == 2  # model 0's
+    with TestClient(create_app(host_models(specs[1:])), base_url=LOCAL) as one:  # the only one hosted
+        assert one.post("/translator/translate", json=[{"src": "the cat"}]).status_code == 200
+
+
 def test_opennmt_alignments_link_each_target_word_to_a_source_word() -> None:
     attention = s2s.Attention(
         "le chat",
@@ -454,6 +498,45 @@ def test_a_conf_file_in_opennmt_pys_layout_is_read_and_checked(tmp_path: Path) -
         conf.write_text(text)
         with pytest.raises(UserError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
             read_conf(conf)
+
+
+def test_opennmt_options_are_mapped_to_ours_or_ignored_with_one_warning(
+    tmp_path: Path, tiny_run_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    recorded = OPENNMT["models"][0]["opt"]  # what a real conf.json of OpenNMT-py 3.5.1 held
+    opt = {
+        **recorded,
+        "gpu": -1,
+        "length_penalty": "wu",
+        "alpha": 0.4,
+        "min_length": 2,
+        "block_ngram_repeat": 3,
+        "ban_unk_token": True,
+        "replace_unk": True,
+        "coverage_penalty": "none",
+        "seed": 3,
+    }
+    conf = tmp_path / "conf.json"
+    conf.write_text(json.dumps({"models": [{"id": 100, "model": str(tiny_run_dir), "opt": opt}]}))
+    (spec,) = read_conf(conf)
+    assert spec.decode == {
+        "beam_size": 5,
+        "nbest": 1,
+        "length_penalty": "gnmt",
+        "alpha": 0.4,
+        "min_len": 2,
+        "no_repeat_ngram": 3,
+        "no_unk": True,
+        "replace_unk": True,
+        "coverage_penalty": 0.0,  # OpenNMT-py's "none"
+    }
+    warning = capsys.readouterr().err
+    assert (
+        warning
+        == f"serve: {conf}: models[0].opt: batch_size, max_length, gpu, seed: not decode keys, ignored\n"
+    )
+    model = host_models([spec])[100].model  # and the model loads with them
+    assert (model.decode.min_len, model.decode.no_repeat_ngram, model.decode.length_penalty) == (2, 3, "gnmt")
 
 
 def test_serve_refuses_bad_options_in_one_line(tmp_path: Path, tiny_run_dir: Path) -> None:

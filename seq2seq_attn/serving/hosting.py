@@ -10,16 +10,20 @@ client's `"id"` picks the model as it does there:
         {"id": 101, "models": ["runs/a", "runs/b"], "opt": {"precision": "int8"}}
     ]}
 
-`opt` holds `decode` keys (checked as in a config file; OpenNMT-py's `n_best` is read as `nbest`), paths
-are relative to the file. A model is searched exactly as `translate` and the API search it: the run's
-decode settings with the overrides given. What a client is shown of a model (its listing, its card) holds
-no path of the machine: a path under the folder the server started in shows relative to it, any other as
-its name.
+`opt` holds `decode` keys, checked as in a config file, and OpenNMT-py's translate options: those that
+mean one of ours are read as it (`OPENNMT_KEYS`: `n_best` as `nbest`, `length_penalty: wu` as `gnmt`,
+...), the others (`gpu`, `batch_size`, `max_length`, ...) are ignored with a one-line warning, so that a
+conf.json written for OpenNMT-py's server starts ours. Paths are relative to the file. A model is searched
+exactly as `translate` and the API search it: the run's decode settings with the overrides given.
+
+What a client is shown of a model (its listing, its card) holds no path of the machine: a path under the
+folder the server started in shows relative to it, any other as its name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -29,14 +33,25 @@ from pathlib import Path
 from typing import Any
 
 from ..api import Found, Model, load
+from ..config import DecodeConfig
 from ..config.loader import to_dict
+from ..console import warn
 from ..errors import UserError
 from ..evaluation.likelihood import Score
 from .batching import MicroBatcher
 from .limits import BatchLimits, Refusal
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
-OPENNMT_KEYS = {"n_best": "nbest"}  # OpenNMT-py's option names that mean one of our decode keys
+# OpenNMT-py's translate options that mean one of our decode keys: its name -> ours, and its values -> ours
+OPENNMT_KEYS: dict[str, tuple[str, dict[str, Any]]] = {
+    "n_best": ("nbest", {}),
+    "min_length": ("min_len", {}),
+    "block_ngram_repeat": ("no_repeat_ngram", {}),
+    "ban_unk_token": ("no_unk", {}),
+    "length_penalty": ("length_penalty", {"wu": "gnmt", "avg": "average"}),
+    "coverage_penalty": ("coverage_penalty", {"none": 0.0}),  # its "wu" takes `beta`: ours is that beta
+}
+DECODE_KEYS = {key.name for key in dataclasses.fields(DecodeConfig)}
 
 
 @dataclass(frozen=True)
@@ -80,10 +95,25 @@ def _spec(entry: Any, where: str, base: Path) -> ModelSpec:
     opt = entry.get("opt", {})
     if not isinstance(opt, dict):
         raise UserError(f"{where}.opt: expected an object of decode keys")
-    decode = {OPENNMT_KEYS.get(key, key): value for key, value in opt.items() if key != "report_align"}
+    decode = _decode_keys({key: value for key, value in opt.items() if key != "report_align"}, where)
     name = entry.get("name", "")
     paths = [str(base / p) for p in paths]
     return ModelSpec(model_id, paths, decode, str(name), bool(opt.get("report_align", False)))
+
+
+def _decode_keys(opt: dict[str, Any], where: str) -> dict[str, Any]:
+    """`opt` as our decode keys: ours as they are, OpenNMT-py's read as ours (`OPENNMT_KEYS`), any other
+    ignored with one warning line naming them."""
+    decode, ignored = {}, []
+    for key, value in opt.items():
+        ours, values = OPENNMT_KEYS.get(key, (key, {}))
+        if ours not in DECODE_KEYS:
+            ignored.append(key)
+            continue
+        decode[ours] = values.get(value, value) if isinstance(value, str) else value
+    if ignored:
+        warn(f"serve: {where}.opt: {', '.join(ignored)}: not decode keys, ignored")
+    return decode
 
 
 class HostedModel:

@@ -3,11 +3,18 @@
 and `POST {url_root}/translate`, which takes `[{"src": "...", "id": 100}, ...]` (the first item's id picks
 the model) and answers a list indexed by n-best rank, each a list over the inputs of
 `{"src", "tgt", "n_best", "pred_score"}` (with `align` and `align_score` when the model's conf has
-`report_align`).
+`report_align`). As there, a translation keeps its source's leading and trailing whitespace, and a
+request without an id asks for model 0 (with one model hosted, the id may be left out).
+
+Its model-management routes (`/clone_model/ID`, `/unload_model/ID`, `/to_cpu/ID`, `/to_gpu/ID`) answer 501:
+our models are loaded once, when the server starts, and a client cannot load, clone or move them (nor
+exhaust the server's memory that way).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -20,6 +27,12 @@ from .hosting import find
 from .limits import Refusal, check_sentences
 
 router = APIRouter(tags=["OpenNMT-py"])
+DEFAULT_ID = 0  # the model OpenNMT-py's server picks for a request without an id
+MODEL_MANAGEMENT = [("POST", "clone_model"), ("GET", "unload_model"), ("GET", "to_cpu"), ("GET", "to_gpu")]
+NOT_SUPPORTED = (
+    "not supported: models are loaded once, when `seq2seq serve` starts (--model, --conf); start a server "
+    "with other settings instead"
+)
 
 
 class OpenNMTItem(BaseModel):
@@ -49,6 +62,13 @@ def word_alignment(attention: Attention) -> tuple[str, str]:
     )
 
 
+def outer_whitespace(text: str) -> tuple[str, str]:
+    """The whitespace `text` begins and ends with, found as OpenNMT-py finds it (`re.search(r"^\\s+")`,
+    `r"\\s+$"`; a blank text is both)."""
+    head, tail = re.search(r"^\s+", text), re.search(r"\s+$", text)
+    return (head.group() if head else "", tail.group() if tail else "")
+
+
 @router.get("/models")
 async def onmt_models(request: Request) -> list[dict[str, Any]]:
     return [model.opennmt_entry() for model in request.app.state.hosted.values()]
@@ -65,16 +85,18 @@ async def onmt_translate(request: Request, inputs: list[OpenNMTItem]) -> list[li
         raise Refusal(422, 'body: expected a list of at least one {"src": ...}')
     sources = [item.src for item in inputs]
     check_sentences(request.app.state.limits, sources, "inputs")
-    model = find(request.app.state.hosted, inputs[0].id)
+    hosted = request.app.state.hosted
+    model = find(hosted, inputs[0].id if inputs[0].id is not None or len(hosted) == 1 else DEFAULT_ID)
     n = model.model.decode.nbest
     found = await model.translate(sources, n, attention=model.spec.report_align)
     ranks: list[list[dict[str, Any]]] = [[] for _ in range(n)]
     for source, result in zip(sources, found, strict=True):
+        head, tail = outer_whitespace(source)
         for rank in range(n):
             candidate = result.candidates[rank] if rank < len(result.candidates) else None
             answer = {
                 "src": source,
-                "tgt": candidate.text if candidate else "",
+                "tgt": head + (candidate.text if candidate else "") + tail,
                 "n_best": n,
                 "pred_score": candidate.score if candidate else 0,
             }
@@ -83,3 +105,21 @@ async def onmt_translate(request: Request, inputs: list[OpenNMTItem]) -> list[li
                 answer |= {"align": [align], "align_score": [scores]}
             ranks[rank].append(answer)
     return ranks
+
+
+def _not_supported(action: str) -> Callable[[int], Awaitable[None]]:
+    async def refuse(model_id: int) -> None:
+        raise Refusal(501, f"{action}: {NOT_SUPPORTED}")
+
+    return refuse
+
+
+for _method, _action in MODEL_MANAGEMENT:
+    router.add_api_route(
+        f"/{_action}/{{model_id}}",
+        _not_supported(_action),
+        methods=[_method],
+        name=_action,
+        summary=f"{_action}: answered 501 (module docstring)",
+        responses={501: {"description": NOT_SUPPORTED}},
+    )
