@@ -22,7 +22,16 @@ import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from helpers import ENV, ROOT, assert_one_line_error, browse, run_main
+from helpers import (
+    ENV,
+    ROOT,
+    assert_one_line_error,
+    browse,
+    make_run_dir,
+    run_main,
+    tiny_config,
+    write_corpus,
+)
 
 import seq2seq_attn as s2s
 from seq2seq_attn.errors import UserError
@@ -555,6 +564,47 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path: Path, tiny_run_dir: Pat
     assert_one_line_error(
         run_main("serve", "--model", str(tiny_run_dir), "--beam", "0"), "model 100: decode.beam_size"
     )
+
+
+@pytest.fixture(scope="module")
+def encdec_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny RNNencdec run: a decoder without attention."""
+    config = tiny_config(tmp_path_factory.mktemp("encdec"), model={"attention": "none"})
+    write_corpus(config.data_dir)
+    return make_run_dir(config)
+
+
+def test_a_model_without_attention_refuses_attention_requests_and_alignments(
+    encdec_run: Path, tmp_path: Path
+) -> None:
+    with TestClient(create_app(host_models([ModelSpec(100, [str(encdec_run)])])), base_url=LOCAL) as client:
+        assert client.get("/v1/models").json()[0]["attention"] is False
+        body = {"sentences": ["the cat sat"], "attention": True}
+        refused = client.post("/v1/translate", json=body)
+        assert refused.status_code == 422
+        assert refused.json()["error"] == "model 100 has no attention (model.attention: none): ask without it"
+        plain = client.post("/v1/translate", json={**body, "attention": False})
+        assert plain.status_code == 200 and plain.json()["translations"][0]["attention"] is None
+    with pytest.raises(UserError, match="model 100: report_align: the model has no attention"):
+        host_models([ModelSpec(100, [str(encdec_run)], report_align=True)])
+
+
+def test_the_page_has_an_icon(client: TestClient) -> None:
+    page = client.get("/").text
+    assert '<link rel="icon" href="static/favicon.svg" type="image/svg+xml">' in page
+    for route in ["/static/favicon.svg", "/favicon.ico"]:  # where the page says, where browsers look
+        icon = client.get(route)
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+        assert icon.text.startswith("<svg")
+
+
+def test_a_port_taken_is_a_one_line_error_before_any_serving_line(tiny_run_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = run_main("serve", "--model", str(tiny_run_dir), "--port", port)
+    assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -99,12 +99,12 @@ def serve_command(
     at / that shows each translation's attention."""
     if bool(model) == bool(conf):
         raise UserError("give --model (repeat it for an ensemble) or --conf FILE, not both")
-    import uvicorn
-
     from ..serving.app import create_app
     from ..serving.hosting import ModelSpec, host_models, read_conf
     from ..serving.middleware import allowed_hosts
+    from ..serving.server import listen, serve
 
+    sock = listen(host, port)
     specs = read_conf(conf) if conf else [ModelSpec(model_id, [str(path) for path in model or []])]
     decode = {key: value for key, value in (overrides or {}).items() if value is not None}
     batching = BatchLimits(max_batch, max_wait_ms / 1000)
@@ -116,4 +116,4 @@ def serve_command(
     app = create_app(hosted, limits, url_root, hosts)
     info(f"serve: {len(hosted)} model(s) ({', '.join(map(str, hosted))}) on http://{host}:{port}/")
     signal.signal(signal.SIGTERM, _stopped)  # uvicorn passes SIGTERM on once it has shut down
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECONDS)
+    serve(app, sock, GRACE_SECONDS)

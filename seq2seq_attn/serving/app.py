@@ -64,5 +64,9 @@ def create_app(
     async def page() -> FileResponse:
         return FileResponse(str(STATIC / "index.html"))
 
+    @app.get("/favicon.ico", include_in_schema=False)  # where a browser looks for the icon unasked
+    async def icon() -> FileResponse:
+        return FileResponse(str(STATIC / "favicon.svg"), media_type="image/svg+xml")
+
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app

@@ -131,6 +131,11 @@ class HostedModel:
         return self.spec.id
 
     @property
+    def attends(self) -> bool:
+        """Whether the model has attention to show (an RNNencdec has none)."""
+        return self.model.config.model.attends
+
+    @property
     def name(self) -> str:
         return self.spec.name or Path(self.spec.paths[0]).name
 
@@ -170,7 +175,7 @@ class HostedModel:
             "beam_size": decode.beam_size,
             "precision": decode.precision,
             "lexical_shortlist": decode.lexical_shortlist,
-            "attention": self.model.config.model.attends,
+            "attention": self.attends,
         }
 
     def card(self) -> dict[str, Any]:
@@ -225,4 +230,9 @@ def host_models(
         except UserError as error:
             raise UserError(f"model {spec.id}: {error}") from None
         hosted[spec.id] = HostedModel(spec, model, limits or BatchLimits(), mix_int8)
+        if spec.report_align and not hosted[spec.id].attends:
+            raise UserError(
+                f"model {spec.id}: report_align: the model has no attention (model.attention: none), "
+                "so no word alignments"
+            )
     return hosted

@@ -16,7 +16,7 @@ from .. import __version__
 from ..api import Attention, Found
 from .errors import Text
 from .hosting import find
-from .limits import check_nbest, check_sentences
+from .limits import Refusal, check_nbest, check_sentences
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -72,6 +72,8 @@ async def translate(request: Request, body: TranslateRequest) -> dict[str, Any]:
     check_sentences(request.app.state.limits, body.sentences)
     check_nbest(request.app.state.limits, body.nbest)
     model = find(request.app.state.hosted, body.model)
+    if body.attention and not model.attends:
+        raise Refusal(422, f"model {model.id} has no attention (model.attention: none): ask without it")
     found = await model.translate(body.sentences, body.nbest, body.attention)
     return {
         "model": model.id,
