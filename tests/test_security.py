@@ -342,3 +342,35 @@ def _strings(value) -> list[str]:
     if isinstance(value, list):
         return [text for item in value for text in _strings(item)]
     return [value] if isinstance(value, str) else []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://evil.example"},
+        {"origin": "null"},
+        {"origin": "http://127.0.0.1:5001"},  # another port is another origin
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+        {"origin": "http://127.0.0.1:5000", "sec-fetch-site": "cross-site"},
+    ],
+)
+def test_the_server_refuses_a_request_from_a_page_elsewhere(served, headers):
+    # a page elsewhere may POST text/plain without a preflight, and the server reads any body as JSON
+    body = '{"model": 100, "sentences": ["the cat"]}'
+    answer = served.post("/v1/translate", content=body, headers={"content-type": "text/plain", **headers})
+    assert answer.status_code == 403
+    assert answer.json() == {"error": "cross-site request refused", "status": "error"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-type": "application/x-www-form-urlencoded"},  # OpenNMT-py's clients: `curl -d`
+        {"origin": "http://127.0.0.1:5000", "sec-fetch-site": "same-origin"},  # the server's own page
+        {"sec-fetch-site": "none"},  # typed into the address bar
+    ],
+)
+def test_the_server_answers_its_own_page_and_clients_that_are_not_browsers(served, headers):
+    body = '[{"src": "the cat", "id": 100}]'
+    assert served.post("/translator/translate", content=body, headers=headers).status_code == 200

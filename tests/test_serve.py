@@ -416,6 +416,25 @@ def test_a_long_request_shares_its_batches_with_the_requests_behind_it() -> None
     assert [len(batch) for batch in batches] == [4, 4, 3]
 
 
+def test_short_lines_are_not_batched_with_long_ones_and_a_batch_is_bounded() -> None:
+    batches: list[list[str]] = []
+
+    def search(lines: list[str], settings: object) -> list[int]:
+        batches.append(lines)
+        return [len(line) for line in lines]
+
+    long = [f"{n} {'x' * 1500}" for n in range(10)]
+    requests = [long, ["short", "a b c"], ["y" * 100], long[:3] + ["the cat"]]
+    with ThreadPoolExecutor(4) as executor:
+        batcher = MicroBatcher(search, executor, BatchLimits(max_wait=0.05))
+        answers = run_together(batcher, requests)
+    assert answers == [[len(line) for line in lines] for lines in requests]
+    for batch in batches:
+        lengths = [len(line) for line in batch]
+        assert max(lengths) <= 2 * min(lengths) or max(lengths) <= 64  # a lane: lengths within 2x
+        assert len(batch) * max(lengths) <= BatchLimits().max_chars  # beam 1 here
+
+
 def test_unmixed_batches_hold_one_requests_lines() -> None:
     batches: list[list[str]] = []
 

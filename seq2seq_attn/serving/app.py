@@ -24,7 +24,7 @@ from . import opennmt, v1
 from .errors import add_error_handlers
 from .hosting import HostedModel
 from .limits import Limits
-from .middleware import LOCAL_NAMES, BodyGuard, HeadAsGet
+from .middleware import LOCAL_NAMES, BodyGuard, CrossSiteGuard, HeadAsGet
 
 STATIC = resources.files("seq2seq_attn.serving") / "static"
 
@@ -53,8 +53,9 @@ def create_app(
         redirect_slashes=False,  # a redirect would echo the client's Host
     )
     app.state.hosted, app.state.limits = hosted, limits
-    app.add_middleware(BodyGuard, limit=limits.max_body_bytes)
+    app.add_middleware(BodyGuard, limit=limits.max_body_bytes)  # (the last added runs first)
     app.add_middleware(HeadAsGet)
+    app.add_middleware(CrossSiteGuard)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)
     add_error_handlers(app)
     app.include_router(opennmt.router, prefix="/" + url_root.strip("/"))

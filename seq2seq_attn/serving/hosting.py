@@ -40,8 +40,10 @@ from ..errors import UserError
 from ..evaluation.likelihood import Score
 from .batching import MicroBatcher
 from .limits import BatchLimits, Refusal
+from .turns import Turns
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
+SEARCH_THREADS = 16  # a model's search threads: more than the lanes of any sentence length (batching.py)
 # OpenNMT-py's translate options that mean one of our decode keys: its name -> ours, and its values -> ours
 OPENNMT_KEYS: dict[str, tuple[str, dict[str, Any]]] = {
     "n_best": ("nbest", {}),
@@ -117,14 +119,18 @@ def _decode_keys(opt: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 class HostedModel:
-    """One hosted model: the loaded API model, its search thread and its micro-batcher."""
+    """One hosted model: the loaded API model, its search threads (which take turns on its cores,
+    serving/turns.py) and its micro-batcher."""
 
     def __init__(self, spec: ModelSpec, model: Model, limits: BatchLimits, mix_int8: bool = False) -> None:
         self.spec, self.model = spec, model
         self.started_in = Path.cwd()  # where the paths it shows are relative to
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{spec.id}")
+        self.executor = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix=f"model-{spec.id}")
+        self.turns = Turns()
         mix = mix_int8 or model.decode.precision != "int8"
-        self.batcher: MicroBatcher[Found] = MicroBatcher(self._search, self.executor, limits, mix)
+        self.batcher: MicroBatcher[Found] = MicroBatcher(
+            self._search, self.executor, limits, mix, self.turns, self._width
+        )
 
     @property
     def id(self) -> int:
@@ -144,13 +150,22 @@ class HostedModel:
         return await self.batcher.submit(lines, (n, attention))
 
     async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
-        """Forced decoding of each pair, in the model's search thread (an ensemble refuses, as the API)."""
+        """Forced decoding of each pair, in a search thread, in one turn (an ensemble refuses, as the API)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.model.score, list(sources), list(targets))
+        return await loop.run_in_executor(self.executor, self._score, list(sources), list(targets))
+
+    def _score(self, sources: list[str], targets: list[str]) -> list[Score]:
+        with self.turns.turn():
+            return self.model.score(sources, targets)
 
     def _search(self, lines: list[str], settings: Any) -> list[Found]:
         n, attention = settings
         return self.model.search(lines, n, attention)
+
+    def _width(self, settings: Any) -> int:
+        """The beam the search of `settings` runs: the model's, or wider for a longer n-best."""
+        n, _ = settings
+        return max(n, self.model.decode.beam_size)
 
     def shown(self, value: Any) -> Any:
         """`value` with each absolute path in it relative to where the server started, or its name when

@@ -10,12 +10,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may ask for; each refused with a 413 and a one-line reason."""
+    """What one request may ask for; each refused with a 413 and a one-line reason. A request's work
+    grows with its sentences, their lengths and its n-best (a wider beam), and an attention answer with
+    the square of each sentence's length (a weight per source piece per target piece): `max_request_chars`
+    and `max_attention_chars` bound both, whatever the sentences' number and lengths."""
 
     max_body_bytes: int = 1 << 20
     max_sentences: int = 64
     max_chars: int = 2000  # characters of one sentence
     max_nbest: int = 20
+    max_request_chars: int = 16_000  # characters of a request's sentences, each counted n-best times
+    max_attention_chars: int = 4000  # characters of a request's sentences when it asks for attention
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,7 @@ class BatchLimits:
 
     max_sentences: int = 32
     max_wait: float = 0.005  # seconds
+    max_chars: int = 32_000  # sentences x the longest one's characters x the beam searched
 
 
 class Refusal(Exception):
@@ -46,3 +52,16 @@ def check_sentences(limits: Limits, sentences: Sequence[str], what: str = "sente
 def check_nbest(limits: Limits, n: int) -> None:
     if n > limits.max_nbest:
         raise Refusal(413, f"nbest {n}: at most {limits.max_nbest}")
+
+
+def check_work(limits: Limits, sentences: Sequence[str], nbest: int = 1, attention: bool = False) -> None:
+    """Refuse (413) a request whose work or attention answer is over `limits` (see `Limits`)."""
+    chars = sum(map(len, sentences))
+    if chars * nbest > limits.max_request_chars:
+        raise Refusal(
+            413, f"{chars} characters x nbest {nbest}: at most {limits.max_request_chars} per request"
+        )
+    if attention and chars > limits.max_attention_chars:
+        raise Refusal(
+            413, f"attention for {chars} characters: at most {limits.max_attention_chars} per request"
+        )

@@ -2,21 +2,35 @@
 
 - Starlette's `TrustedHostMiddleware` with `allowed_hosts`: only the server's own names are answered, so
   a page elsewhere whose name was rebound to the server's address (DNS rebinding) reaches nothing.
+- `CrossSiteGuard`: a request from a page elsewhere (its `Origin` or `Sec-Fetch-Site` says so) is refused:
+  the body is read as JSON whatever its Content-Type, so a page's `text/plain` POST, which browsers send
+  without asking the server first, would otherwise translate.
 - `HeadAsGet`: every GET route answers HEAD too (the GET's headers, no body), as HTTP asks.
 - `BodyGuard`: the body read whole before a route runs, within its size limit, as JSON whatever the
   Content-Type says.
+
+And for the routes: `unless_gone`, a route's work dropped when its client leaves (uvicorn goes on running
+a route whose client has gone; it only tells the application, by `http.disconnect`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import TypeVar
 
+from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .errors import error_response
+from .limits import Refusal
+
+T = TypeVar("T")
 
 LOCAL_NAMES = ["127.0.0.1", "localhost", "[::1]"]  # a server's names on its own machine
 ANY_ADDRESS = {"0.0.0.0", "::", ""}  # binds that answer on every interface
+SAME_SITE = ("same-origin", "none")  # the Sec-Fetch-Site values of the server's own page and of a user
 CLOSE = {"connection": "close"}  # a body left unread: the connection cannot carry another request
 
 
@@ -36,6 +50,28 @@ def allowed_hosts(bind: str, named: Sequence[str]) -> tuple[list[str], str]:
     address = f"[{bind}]" if ":" in bind else bind
     own = [] if bind in ANY_ADDRESS or address in LOCAL_NAMES or bind == "::1" else [address]
     return [*LOCAL_NAMES, *own, *named], ""
+
+
+class CrossSiteGuard:
+    """ASGI middleware: 403 for a request that a browser sent from a page of another origin: an `Origin`
+    other than the server's own (scheme and Host), or a `Sec-Fetch-Site` other than `same-origin` or
+    `none` (typed or bookmarked). Clients that are not browsers send neither, and are answered."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _cross_site(scope):
+            await error_response(403, "cross-site request refused")(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def _cross_site(scope: Scope) -> bool:
+    headers = Headers(scope=scope)
+    origin, fetch_site = headers.get("origin"), headers.get("sec-fetch-site")
+    own = f"{scope.get('scheme', 'http')}://{headers.get('host', '')}"
+    return (origin is not None and origin.lower() != own.lower()) or fetch_site not in (None, *SAME_SITE)
 
 
 class HeadAsGet:
@@ -116,3 +152,24 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return pending.pop() if pending else await receive()
 
     return replayed
+
+
+async def unless_gone(request: Request, work: Awaitable[T]) -> T:
+    """The result of `work`, unless the client disconnects first: then `work` is cancelled (its waiting
+    lines dropped, its search stopped) and the route answers 499 to nobody."""
+    done = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request.receive))
+    try:
+        await asyncio.wait([done, gone], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not done.done():
+        done.cancel()
+        raise Refusal(499, "the client closed the connection")
+    return done.result()
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Return when the client disconnects (the body was read: nothing else can come)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

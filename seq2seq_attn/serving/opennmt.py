@@ -24,7 +24,8 @@ from ..api import Attention
 from ..vocab.pieces import word_of_piece
 from .errors import Text
 from .hosting import find
-from .limits import Refusal, check_sentences
+from .limits import Refusal, check_sentences, check_work
+from .middleware import unless_gone
 
 router = APIRouter(tags=["OpenNMT-py"])
 DEFAULT_ID = 0  # the model OpenNMT-py's server picks for a request without an id
@@ -88,7 +89,8 @@ async def onmt_translate(request: Request, inputs: list[OpenNMTItem]) -> list[li
     hosted = request.app.state.hosted
     model = find(hosted, inputs[0].id if inputs[0].id is not None or len(hosted) == 1 else DEFAULT_ID)
     n = model.model.decode.nbest
-    found = await model.translate(sources, n, attention=model.spec.report_align)
+    check_work(request.app.state.limits, sources, n, model.spec.report_align)
+    found = await unless_gone(request, model.translate(sources, n, attention=model.spec.report_align))
     ranks: list[list[dict[str, Any]]] = [[] for _ in range(n)]
     for source, result in zip(sources, found, strict=True):
         head, tail = outer_whitespace(source)

@@ -16,7 +16,8 @@ from .. import __version__
 from ..api import Attention, Found
 from .errors import Text
 from .hosting import find
-from .limits import Refusal, check_nbest, check_sentences
+from .limits import Refusal, check_nbest, check_sentences, check_work
+from .middleware import unless_gone
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -71,10 +72,11 @@ async def card(request: Request, model_id: int) -> dict[str, Any]:
 async def translate(request: Request, body: TranslateRequest) -> dict[str, Any]:
     check_sentences(request.app.state.limits, body.sentences)
     check_nbest(request.app.state.limits, body.nbest)
+    check_work(request.app.state.limits, body.sentences, body.nbest, body.attention)
     model = find(request.app.state.hosted, body.model)
     if body.attention and not model.attends:
         raise Refusal(422, f"model {model.id} has no attention (model.attention: none): ask without it")
-    found = await model.translate(body.sentences, body.nbest, body.attention)
+    found = await unless_gone(request, model.translate(body.sentences, body.nbest, body.attention))
     return {
         "model": model.id,
         "translations": [found_json(s, f) for s, f in zip(body.sentences, found, strict=True)],
@@ -85,8 +87,9 @@ async def translate(request: Request, body: TranslateRequest) -> dict[str, Any]:
 async def score(request: Request, body: ScoreRequest) -> dict[str, Any]:
     check_sentences(request.app.state.limits, body.sources, "sources")
     check_sentences(request.app.state.limits, body.targets, "targets")
+    check_work(request.app.state.limits, [*body.sources, *body.targets])
     model = find(request.app.state.hosted, body.model)
-    scores = await model.score(body.sources, body.targets)
+    scores = await unless_gone(request, model.score(body.sources, body.targets))
     return {
         "model": model.id,
         "scores": [
