@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from helpers import (
-    ENV,
     ROOT,
     assert_one_line_error,
     browse,
     make_run_dir,
     run_main,
+    start_server,
     tiny_config,
     write_corpus,
 )
@@ -628,30 +628,6 @@ def test_a_port_taken_is_a_one_line_error_before_any_serving_line(tiny_run_dir: 
 
 # ----------------------------------------------------------------------------------------------------------
 # a real server: SIGTERM, and the page in a browser
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(*args: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    command = [sys.executable, "-m", "seq2seq_attn", "serve", "--port", str(port), *args]
-    server = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                return server, url
-        except httpx.TransportError:
-            if server.poll() is not None:
-                break
-            time.sleep(0.2)
-    server.kill()
-    raise AssertionError(f"the server did not start: {server.stdout.read().decode()[-2000:]}")
 
 
 @pytest.mark.slow(seconds=15)

@@ -1,16 +1,22 @@
 """`seq2seq serve` under careless and hostile clients: a request's work is bounded before anything is
-searched, a long search takes turns with a short one instead of holding it up, and a client that leaves
-has its queued lines dropped and its running search stopped."""
+searched, a long search takes turns with a short one instead of holding it up, a client that leaves has
+its queued lines dropped and its running search stopped, connections that are silent, slow or idle are
+closed and open ones capped, and SIGTERM answers every request within its grace period."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import socket
+import threading
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
+from helpers import start_server
 
 from seq2seq_attn.api import Found
 from seq2seq_attn.model.seq2seq import Seq2Seq
@@ -141,3 +147,90 @@ def test_a_client_that_leaves_has_its_lines_dropped_and_its_search_stopped(
     # 17 lines make 5 batches of hundreds of steps each: the first stopped within a few steps, the
     # others never started
     assert 0 < len(steps) < 256
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a real server: slow, silent and too many connections, and SIGTERM with stalled clients
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def until_closed(sock: socket.socket) -> bytes:
+    """What the server sends before it closes the connection (a test fails if it keeps it 30 s)."""
+    received = b""
+    with sock:
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    return received
+
+
+def body_of(answer: bytes) -> dict:
+    return json.loads(answer.split(b"\r\n\r\n", 1)[1])
+
+
+@pytest.mark.slow(seconds=20)
+def test_silent_slow_and_idle_connections_are_closed_and_open_ones_capped(tiny_run_dir: Path) -> None:
+    options = ["--header-timeout", "2", "--body-timeout", "2", "--keep-alive", "2", "--max-connections", "6"]
+    server, url = start_server("--model", str(tiny_run_dir), *options)
+    try:
+        silent = [connect(url) for _ in range(6)]  # as many as the cap: the next is told so at once
+        refused = until_closed(connect(url))
+        assert refused.startswith(b"HTTP/1.1 503 ")
+        assert body_of(refused) == {"error": "too many connections: at most 6 open", "status": "error"}
+        assert all(until_closed(sock) == b"" for sock in silent)  # no request within the header timeout
+        half = connect(url)
+        half.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        stalled = connect(url)
+        stalled.sendall(b'POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99\r\n\r\n{"sen')
+        idle = connect(url)
+        idle.sendall(b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert until_closed(half).startswith(b"HTTP/1.1 408 ")
+        late = until_closed(stalled)
+        assert late.startswith(b"HTTP/1.1 408 ") and b"connection: close" in late.lower()
+        assert body_of(late) == {"error": "the body did not arrive within 2 s", "status": "error"}
+        assert b'"status":"ok"' in until_closed(idle)  # answered, then closed once idle
+        assert httpx.get(f"{url}/v1/health", timeout=30).status_code == 200  # and it serves on
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.mark.slow(seconds=30)
+def test_sigterm_answers_every_request_and_exits_within_the_grace_period(tiny_run_dir: Path) -> None:
+    grace = 3
+    server, url = start_server(
+        "--model", str(tiny_run_dir), "--grace", str(grace), "--beam", "8", "--min-len-a", "1",
+        "--max-sentences", "1000", "--max-request-chars", "1000000",
+    )  # fmt: skip
+    answers: list[httpx.Response] = []
+    heavy = {"sentences": [LONG] * 500}  # many batches of hundreds of steps: more than the grace period
+    searching = threading.Thread(
+        target=lambda: answers.append(httpx.post(f"{url}/v1/translate", json=heavy, timeout=60))
+    )
+    searching.start()
+    stalled = connect(url)  # its body never ends
+    stalled.sendall(b'POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99\r\n\r\n{"sen')
+    half = connect(url)  # its headers never end
+    half.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    time.sleep(2)  # the heavy request is being searched
+    stopped = time.monotonic()
+    server.send_signal(signal.SIGTERM)
+    try:
+        assert server.wait(60) == 0
+    finally:
+        server.kill()
+    took = time.monotonic() - stopped
+    searching.join(60)
+    output = server.stdout.read().decode()
+    assert took < grace + 5, output  # its own grace, and the process's exit
+    assert "Traceback" not in output and "rror" not in output, output
+    assert answers[0].status_code == 503
+    assert answers[0].json() == {"error": "the server is stopping", "status": "error"}
+    assert body_of(until_closed(stalled)) == {"error": "the server is stopping", "status": "error"}
+    assert until_closed(half) == b""
