@@ -10,6 +10,7 @@ Every refusal is `{"error": "<one line>", "status": "error"}` with its status (s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from importlib import resources
@@ -23,10 +24,11 @@ from .. import __version__
 from . import opennmt, v1
 from .errors import add_error_handlers
 from .hosting import HostedModel
-from .limits import Limits
-from .middleware import LOCAL_NAMES, BodyGuard, CrossSiteGuard, HeadAsGet
+from .limits import ConnectionLimits, Limits, Refusal
+from .middleware import LOCAL_NAMES, STOPPING, BodyGuard, CrossSiteGuard, HeadAsGet
 
 STATIC = resources.files("seq2seq_attn.serving") / "static"
+ANSWERING = 1.0  # seconds a stopping server keeps to answer the requests whose searches it stops
 
 
 def create_app(
@@ -34,9 +36,11 @@ def create_app(
     limits: Limits = Limits(),
     url_root: str = "/translator",
     hosts: Sequence[str] = tuple(LOCAL_NAMES),
+    body_timeout: float = ConnectionLimits().body_timeout,
 ) -> FastAPI:
     """The FastAPI application serving `hosted` (model id -> model) to requests whose Host is one of
-    `hosts` (`middleware.allowed_hosts` makes them from the bound address and the names given)."""
+    `hosts` (`middleware.allowed_hosts` makes them from the bound address and the names given); `stop`
+    stops it."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -52,8 +56,11 @@ def create_app(
         lifespan=lifespan,
         redirect_slashes=False,  # a redirect would echo the client's Host
     )
-    app.state.hosted, app.state.limits = hosted, limits
-    app.add_middleware(BodyGuard, limit=limits.max_body_bytes)  # (the last added runs first)
+    app.state.hosted, app.state.limits, app.state.stopping = hosted, limits, asyncio.Event()
+    # (the middleware added last runs first)
+    app.add_middleware(
+        BodyGuard, limit=limits.max_body_bytes, timeout=body_timeout, stopping=app.state.stopping
+    )
     app.add_middleware(HeadAsGet)
     app.add_middleware(CrossSiteGuard)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)
@@ -71,3 +78,13 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
     return app
+
+
+def stop(app: FastAPI, grace: float) -> None:
+    """Begin to stop: the bodies still arriving are answered 503 at once, the searches go on until one
+    second before the `grace` period ends, and then every request still waiting for one is answered 503
+    and every search stopped, so that each request has its answer within the grace period."""
+    app.state.stopping.set()
+    loop = asyncio.get_running_loop()
+    for model in app.state.hosted.values():
+        loop.call_later(max(0.0, grace - ANSWERING), model.batcher.stop, Refusal(503, STOPPING))

@@ -1,11 +1,12 @@
-"""What a server lets one request ask for, and how it batches requests: each default defined once, for
-`seq2seq serve`'s options and the Python that builds a server (no web framework or torch to import); and
-the checks that refuse a request over them."""
+"""What a server lets one request ask for, how it batches requests, and what it allows a connection: each
+default defined once, for `seq2seq serve`'s options and the Python that builds a server (no web framework
+or torch to import); and the checks that refuse a request over them."""
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,24 @@ class BatchLimits:
     max_sentences: int = 32
     max_wait: float = 0.005  # seconds
     max_chars: int = 32_000  # sentences x the longest one's characters x the beam searched
+
+
+def _half_the_open_files() -> int:
+    """Half the process's open-file limit, at most 1,000: the other half for the models, logs and threads."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1000 if soft == resource.RLIM_INFINITY else max(16, min(1000, soft // 2))
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """How long a client may take (seconds), how many connections may be open at once, and how long a
+    stopping server takes to answer the requests in flight (at most 20 s: Kubernetes kills at 30 s)."""
+
+    header_timeout: float = 10.0  # from a connection's opening, or its last answer, to the end of headers
+    body_timeout: float = 30.0  # from the end of the headers to the end of the body
+    keep_alive: float = 5.0  # an idle connection between two requests
+    max_connections: int = field(default_factory=_half_the_open_files)
+    grace: float = 15.0
 
 
 class Refusal(Exception):

@@ -6,8 +6,8 @@
   the body is read as JSON whatever its Content-Type, so a page's `text/plain` POST, which browsers send
   without asking the server first, would otherwise translate.
 - `HeadAsGet`: every GET route answers HEAD too (the GET's headers, no body), as HTTP asks.
-- `BodyGuard`: the body read whole before a route runs, within its size limit, as JSON whatever the
-  Content-Type says.
+- `BodyGuard`: the body read whole before a route runs, within its size limit and its timeout, as JSON
+  whatever the Content-Type says.
 
 And for the routes: `unless_gone`, a route's work dropped when its client leaves (uvicorn goes on running
 a route whose client has gone; it only tells the application, by `http.disconnect`).
@@ -32,6 +32,7 @@ LOCAL_NAMES = ["127.0.0.1", "localhost", "[::1]"]  # a server's names on its own
 ANY_ADDRESS = {"0.0.0.0", "::", ""}  # binds that answer on every interface
 SAME_SITE = ("same-origin", "none")  # the Sec-Fetch-Site values of the server's own page and of a user
 CLOSE = {"connection": "close"}  # a body left unread: the connection cannot carry another request
+STOPPING = "the server is stopping"  # the answer to every request a stopping server cannot finish
 
 
 def allowed_hosts(bind: str, named: Sequence[str]) -> tuple[list[str], str]:
@@ -106,11 +107,13 @@ def _allow_head(name: bytes, value: bytes) -> tuple[bytes, bytes]:
 class BodyGuard:
     """ASGI middleware: the whole body is read before a route sees it, so that one over `limit` bytes is
     refused with 413 as soon as it passes the limit, whether it declared its length or came in chunks;
-    and every body is read as JSON whatever its Content-Type says, as OpenNMT-py's server reads it
-    (`request.get_json(force=True)`: `curl -d` sends form encoding unless told otherwise)."""
+    one that does not arrive within `timeout` seconds gets 408, and one still arriving when the server
+    stops (`stopping`) gets 503, both closing the connection. Every body is read as JSON whatever its
+    Content-Type says, as OpenNMT-py's server reads it (`request.get_json(force=True)`: `curl -d` sends
+    form encoding unless told otherwise)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app: ASGIApp, limit: int, timeout: float, stopping: asyncio.Event) -> None:
+        self.app, self.limit, self.timeout, self.stopping = app, limit, timeout, stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,17 +122,32 @@ class BodyGuard:
         declared = dict(scope["headers"]).get(b"content-length", b"0")
         json_type = (b"content-type", b"application/json")
         scope = {**scope, "headers": [*(h for h in scope["headers"] if h[0] != b"content-type"), json_type]}
-        too_big = f"request body over {self.limit} bytes"
         if not declared.isdigit():
             await error_response(400, "bad Content-Length")(scope, receive, send)
             return
-        body = b"" if int(declared) > self.limit else await self._read(receive)
+        body = b"" if int(declared) > self.limit else await self._read_in_time(receive)
+        if isinstance(body, Refusal):
+            await error_response(body.status, str(body), CLOSE)(scope, receive, send)
+            return
         if body is None:  # the client left before its body was complete: nobody to answer
             return
         if int(declared) > self.limit or len(body) > self.limit:
-            await error_response(413, too_big, CLOSE)(scope, receive, send)
+            await error_response(413, f"request body over {self.limit} bytes", CLOSE)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _read_in_time(self, receive: Receive) -> bytes | Refusal | None:
+        """The body (`_read`), or the refusal of a body late or cut short by the server stopping."""
+        read = asyncio.ensure_future(self._read(receive))
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait([read, stop], timeout=self.timeout, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if read.done():
+            return read.result()
+        read.cancel()
+        if self.stopping.is_set():
+            return Refusal(503, STOPPING)
+        return Refusal(408, f"the body did not arrive within {self.timeout:g} s")
 
     async def _read(self, receive: Receive) -> bytes | None:
         """The body, or its first chunks once they pass the limit; None if the client disconnected."""
