@@ -347,7 +347,9 @@ def test_a_thousand_malformed_bodies_are_each_answered_and_the_server_keeps_serv
     routes = ["/v1/translate", "/translator/translate", "/v1/score"]
     statuses = []
     for n, body in enumerate(malformed_bodies(1200)):
-        answer = client.post(routes[n % len(routes)], content=body)
+        # every fourth body chunked (no Content-Length), in pieces of 7 bytes
+        content = (body[i : i + 7] for i in range(0, len(body), 7)) if n % 4 == 0 else body
+        answer = client.post(routes[n % len(routes)], content=content)
         statuses.append(answer.status_code)
         assert answer.status_code in (200, 400, 404, 413, 422), (body[:80], answer.text[:200])
         if answer.status_code != 200:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
 import signal
 import socket
 import threading
@@ -22,7 +23,7 @@ from seq2seq_attn.api import Found
 from seq2seq_attn.model.seq2seq import Seq2Seq
 from seq2seq_attn.serving.app import create_app
 from seq2seq_attn.serving.hosting import ModelSpec, host_models
-from seq2seq_attn.serving.limits import BatchLimits, Limits
+from seq2seq_attn.serving.limits import BatchLimits, ConnectionLimits, Limits
 
 LOCAL = "http://localhost"
 LONG = " ".join(["the cat sat on the mat"] * 40)  # 919 characters: more pieces than a source keeps (256)
@@ -147,6 +148,15 @@ def test_a_client_that_leaves_has_its_lines_dropped_and_its_search_stopped(
     # 17 lines make 5 batches of hundreds of steps each: the first stopped within a few steps, the
     # others never started
     assert 0 < len(steps) < 256
+
+
+def test_the_default_connection_cap_leaves_half_the_open_files_to_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (256, 4096))
+    assert ConnectionLimits().max_connections == 128  # 300 silent connections no longer exhaust 256 files
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert ConnectionLimits().max_connections == 1000
 
 
 # ----------------------------------------------------------------------------------------------------------
