@@ -20,6 +20,11 @@ their p99 within 2x of theirs alone, or under 1 s (`passes`).
     python -m benchmarks.serve_load --ours RUN --sentences test.en --mixed --clients 1,8 \
         --doc benchmarks/results/serve_mixed.md
 
+`--guards` measures what the server does with careless clients and a stop, with its default options: the
+seconds until it closes a silent connection, answers a body that stops arriving, closes an idle one; then
+SIGTERM while HEAVY_IN_FLIGHT of the largest requests are searched and a body stalls: when each request is
+answered and how, when the process exits and with what status, and whether its log holds a traceback.
+
 `--int8-agreement N` also measures how often the int8 copy's answer for a sentence changes when it is
 searched among others (int8 quantises each batch's activations together) instead of alone.
 `--record FILE` writes what OpenNMT-py's server answered to a few requests (the fixture the server's
@@ -40,6 +45,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +53,7 @@ from typing import Any
 import httpx
 
 from seq2seq_attn.io import read_lines, write_json, write_text
-from seq2seq_attn.serving.limits import Limits
+from seq2seq_attn.serving.limits import ConnectionLimits, Limits
 
 from .machine import describe, load_warning, provenance_warnings, summary
 from .report import map_strings
@@ -57,6 +63,8 @@ PROG = f"python -m {__spec__.name}"
 ROUTE = "/translator/translate"
 OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
+HEAVY_IN_FLIGHT = 8  # `--guards`: the largest requests being searched when SIGTERM comes
+SEARCHING_SECONDS = 2.0  # `--guards`: how long they are searched before it comes
 # the report is committed: a path outside the repository shows as its placeholder, not as this machine's path
 PLACEHOLDERS = {
     "--ours": "RUN",
@@ -299,6 +307,77 @@ def measure_mixed(server: Server, sentences: list[str], args: argparse.Namespace
     }
 
 
+def connect(server: Server) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=300)
+
+
+def closed_after(sock: socket.socket, send: bytes = b"", reply: bool = False) -> dict[str, Any]:
+    """Send `send` (with `reply`, wait for the first answer), then the seconds until the server closes
+    the connection and the status line of what it sent meanwhile."""
+    with sock:
+        sock.sendall(send)
+        received = sock.recv(65536) if reply else b""
+        started = time.monotonic()
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+        waited = time.monotonic() - started
+    answers = [line.decode() for line in received.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+    return {"seconds": round(waited, 2), "answered": answers[-1] if answers else None}
+
+
+def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
+    """The careless clients' and the stop's figures (module docstring)."""
+    request = b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99\r\n\r\n{"
+    health = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    probes = {
+        "silent": lambda: closed_after(connect(server)),
+        "body_stalls": lambda: closed_after(connect(server), request),
+        "idle": lambda: closed_after(connect(server), health, True),
+    }
+    with ThreadPoolExecutor(len(probes)) as pool:
+        timeouts = {
+            name: future.result() for name, future in [(n, pool.submit(p)) for n, p in probes.items()]
+        }
+    heavy = [{"src": sentence, "id": 100} for sentence in heavy_request(sentences)]
+    answers: list[dict[str, Any]] = []
+
+    def send() -> None:
+        answer = httpx.post(f"{server.url}{ROUTE}", json=heavy, timeout=300)
+        error = answer.json().get("error") if answer.status_code != 200 else None
+        answers.append({"status": answer.status_code, "error": error, "at": time.monotonic()})
+
+    with ThreadPoolExecutor(HEAVY_IN_FLIGHT + 1) as pool:
+        sent = [pool.submit(send) for _ in range(HEAVY_IN_FLIGHT)]
+        stalled = pool.submit(closed_after, connect(server), request)
+        time.sleep(SEARCHING_SECONDS)
+        stopped = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        status = server.process.wait(300)
+        exited = time.monotonic() - stopped
+        for future in sent:
+            future.result()
+        stalled_body = stalled.result()
+    log = server.log.read_text(encoding="utf-8", errors="replace")
+    return {
+        "timeouts": timeouts,
+        "stop": {
+            "heavy_in_flight": HEAVY_IN_FLIGHT,
+            "exit_status": status,
+            "exit_seconds": round(exited, 2),
+            "answers": sorted(  # each with the seconds after SIGTERM it came (negative: before)
+                ({**answer, "after": round(answer.pop("at") - stopped, 2)} for answer in answers),
+                key=lambda answer: answer["after"],
+            ),
+            "stalled_body": stalled_body,
+            "traceback": "Traceback" in log,
+        },
+    }
+
+
 def shown_command(argv: list[str]) -> str:
     """The command as the report shows it: each path option's value relative to the repository when it is
     inside it, else its placeholder (PLACEHOLDERS)."""
@@ -394,6 +473,49 @@ def mixed_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def guards_markdown(result: dict[str, Any]) -> str:
+    guards, limits = result["guards"], ConnectionLimits()
+    timeouts, stop = guards["timeouts"], guards["stop"]
+    answered = [answer for answer in stop["answers"] if answer["status"] == 200]
+    refused = [answer for answer in stop["answers"] if answer["status"] != 200]
+    last = max((answer["after"] for answer in stop["answers"]), default=0)
+    rows = [
+        ("a silent connection closed", f"{limits.header_timeout:g} s", _closed(timeouts["silent"])),
+        (
+            "a body that stops arriving answered",
+            f"{limits.body_timeout:g} s",
+            _closed(timeouts["body_stalls"]),
+        ),
+        ("an idle connection closed after an answer", f"{limits.keep_alive:g} s", _closed(timeouts["idle"])),
+        (
+            f"SIGTERM, {stop['heavy_in_flight']} of the largest requests in flight",
+            f"all answered within {limits.grace:g} s",
+            f"{len(answered)} translated, {len(refused)} answered "
+            + ", ".join(sorted({f"{a['status']} {a['error']!r}" for a in refused}) or ["-"])
+            + f"; the last {last:.1f} s after SIGTERM",
+        ),
+        ("SIGTERM, a body that stalls", "answered at once", _closed(stop["stalled_body"])),
+        (
+            "SIGTERM, the process",
+            f"exits 0 within {limits.grace:g} s",
+            f"exit {stop['exit_status']} after {stop['exit_seconds']:.1f} s",
+        ),
+        ("a traceback in its log", "none", "yes" if stop["traceback"] else "none"),
+    ]
+    lines = [
+        *header(result, "Serving careless clients and a stop"),
+        "| what | default | measured |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {what} | {default} | {measured} |" for what, default, measured in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _closed(probe: dict[str, Any]) -> str:
+    answered = f"{probe['answered']}, then " if probe["answered"] else ""
+    return f"{answered}closed after {probe['seconds']:.1f} s"
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         *header(result, "Serving under load"),
@@ -442,6 +564,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--threads", type=int, default=2, help="CPU threads of each server")
     add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
     add("--mixed", action="store_true", help="ours alone, short requests beside a heavy client (docstring)")
+    add("--guards", action="store_true", help="ours alone: careless clients' timeouts and a stop (docstring)")
     add(
         "--cache", type=Path, default=ROOT / ".bench", help="where bench installed OpenNMT-py (venvs/opennmt)"
     )
@@ -451,7 +574,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--doc", type=Path, help="markdown (JSON next to it); default results/serve_load.md or serve_mixed.md"
     )
     args = parser.parse_args(argv)
-    args.doc = args.doc or ROOT / "benchmarks/results" / ("serve_mixed.md" if args.mixed else "serve_load.md")
+    name = "serve_mixed.md" if args.mixed else "serve_guards.md" if args.guards else "serve_load.md"
+    args.doc = args.doc or ROOT / "benchmarks/results" / name
     return args
 
 
@@ -468,14 +592,18 @@ def main(argv: list[str] | None = None) -> None:
                      "seconds": args.seconds, "clients": args.clients, "route": ROUTE},
         "systems": [],
     }  # fmt: skip
-    if args.mixed:
+    if args.mixed or args.guards:
         port = free_port()
-        server = start("seq2seq-attn fp32", mixed_command(args, port), env, args.out / "mixed.log", port)
+        mode = "mixed" if args.mixed else "guards"
+        server = start("seq2seq-attn fp32", mixed_command(args, port), env, args.out / f"{mode}.log", port)
         try:
-            result["mixed"] = measure_mixed(server, sentences, args)
+            measured = (
+                measure_mixed(server, sentences, args) if args.mixed else measure_guards(server, sentences)
+            )
+            result[mode] = measured
         finally:
             server.stop()
-        finish(args, result, mixed_markdown)
+        finish(args, result, mixed_markdown if args.mixed else guards_markdown)
         return
     if args.opennmt_model:
         port = free_port()

@@ -238,7 +238,7 @@ def test_sigterm_answers_every_request_and_exits_within_the_grace_period(tiny_ru
     took = time.monotonic() - stopped
     searching.join(60)
     output = server.stdout.read().decode()
-    assert took < grace + 5, output  # its own grace, and the process's exit
+    assert took < grace + 1, output  # within its grace (and a second for a busy machine to schedule)
     assert "Traceback" not in output and "rror" not in output, output
     assert answers[0].status_code == 503
     assert answers[0].json() == {"error": "the server is stopping", "status": "error"}

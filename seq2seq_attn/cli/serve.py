@@ -9,7 +9,9 @@ then exits (serving/server.py).
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,13 @@ BATCHING, LIMITED, CONNECTED = BatchLimits(), Limits(), ConnectionLimits()  # th
 
 
 def _stopped(signum: int, frame: object) -> None:
-    """SIGTERM after uvicorn's graceful shutdown (or while the models load): a requested stop, exit 0."""
-    raise SystemExit(0)
+    """SIGTERM after uvicorn's graceful shutdown (or while the models load): a requested stop, exit 0 at
+    once. Every request has its answer and nothing is left to write, so the interpreter's own teardown
+    (torch's modules: 0.3 to 2 s on a busy 2-core machine) is skipped rather than taken from the grace
+    period."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _limit(default: float, flag: str, help: str, least: float = 1, panel: str = LIMITS) -> Any:
