@@ -7,9 +7,10 @@ from each request in turn, so a request of 64 sentences shares every batch with 
 behind it instead of making them wait for all of its sentences. A batch is started as soon as it is
 full, or `max_wait` seconds after its first sentence arrived.
 
-Lanes: a sentence waits in the lane of its length (up to 64 characters, then each doubling: `lane`), and
-a batch takes sentences of one lane, so a short sentence is never padded to, nor searched for as many
-steps as, a long one. A batch's work is bounded: its sentences times its longest sentence's characters
+Lanes: a sentence waits in the lane of its length (up to 64 characters, then up to 4 times as many in
+each lane above: `lane`), and a batch takes sentences of one lane, so a short sentence's answer never
+waits for a sentence many times its length to be searched (a batch is answered when its last sentence
+ends). A batch's work is bounded: its sentences times its longest sentence's characters
 times the beam searched stay within `max_chars` (a long sentence at a wide beam may make a batch alone).
 The search cuts a batch further by `decode.batch_tokens`, as it cuts a file's.
 
@@ -33,7 +34,6 @@ When a batch fails, each of its requests is searched again alone, so one bad req
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor
@@ -47,12 +47,16 @@ from .turns import Cancelled, Turn, Turns
 Result = TypeVar("Result")
 # search(lines, settings) -> one result per line, in order; runs in a thread of the executor
 Search = Callable[[list[str], Hashable], list[Result]]
-SHORTEST_LANE = 64  # characters of the longest sentence in lane 0; each lane above doubles it
+SHORTEST_LANE = 64  # characters of the longest sentence in lane 0
+LANE_GROWTH = 4  # each lane's longest sentence, over the lane's below: typical sentences share two lanes
 
 
 def lane(sentence: str) -> int:
-    """The lane of a sentence: 0 up to SHORTEST_LANE characters, k up to SHORTEST_LANE * 2**k."""
-    return max(0, math.ceil(math.log2(max(len(sentence), 1) / SHORTEST_LANE)))
+    """The lane of a sentence: 0 up to SHORTEST_LANE characters, k up to SHORTEST_LANE * LANE_GROWTH**k."""
+    number, longest = 0, SHORTEST_LANE
+    while len(sentence) > longest:
+        number, longest = number + 1, longest * LANE_GROWTH
+    return number
 
 
 @dataclass(eq=False)  # each job is itself (hashable by identity)
