@@ -324,9 +324,13 @@ def closed_after(sock: socket.socket, send: bytes = b"", reply: bool = False) ->
                 received += chunk
         except ConnectionResetError:
             pass
-        waited = time.monotonic() - started
+        closed = time.monotonic()
     answers = [line.decode() for line in received.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
-    return {"seconds": round(waited, 2), "answered": answers[-1] if answers else None}
+    return {"seconds": round(closed - started, 2), "answered": answers[-1] if answers else None, "at": closed}
+
+
+def _without_time(probe: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in probe.items() if key != "at"}
 
 
 def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
@@ -339,9 +343,8 @@ def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
         "idle": lambda: closed_after(connect(server), health, True),
     }
     with ThreadPoolExecutor(len(probes)) as pool:
-        timeouts = {
-            name: future.result() for name, future in [(n, pool.submit(p)) for n, p in probes.items()]
-        }
+        futures = {name: pool.submit(probe) for name, probe in probes.items()}
+        timeouts = {name: _without_time(future.result()) for name, future in futures.items()}
     heavy = [{"src": sentence, "id": 100} for sentence in heavy_request(sentences)]
     answers: list[dict[str, Any]] = []
 
@@ -372,7 +375,10 @@ def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
                 ({**answer, "after": round(answer.pop("at") - stopped, 2)} for answer in answers),
                 key=lambda answer: answer["after"],
             ),
-            "stalled_body": stalled_body,
+            "stalled_body": {  # its seconds counted from SIGTERM
+                **_without_time(stalled_body),
+                "seconds": round(stalled_body["at"] - stopped, 2),
+            },
             "traceback": "Traceback" in log,
         },
     }
@@ -480,13 +486,21 @@ def guards_markdown(result: dict[str, Any]) -> str:
     refused = [answer for answer in stop["answers"] if answer["status"] != 200]
     last = max((answer["after"] for answer in stop["answers"]), default=0)
     rows = [
-        ("a silent connection closed", f"{limits.header_timeout:g} s", _closed(timeouts["silent"])),
+        (
+            "a silent connection closed",
+            f"{limits.header_timeout:g} s",
+            _closed(timeouts["silent"], "it opened"),
+        ),
         (
             "a body that stops arriving answered",
             f"{limits.body_timeout:g} s",
-            _closed(timeouts["body_stalls"]),
+            _closed(timeouts["body_stalls"], "its headers"),
         ),
-        ("an idle connection closed after an answer", f"{limits.keep_alive:g} s", _closed(timeouts["idle"])),
+        (
+            "an idle connection closed after an answer",
+            f"{limits.keep_alive:g} s",
+            _closed(timeouts["idle"], "the answer"),
+        ),
         (
             f"SIGTERM, {stop['heavy_in_flight']} of the largest requests in flight",
             f"all answered within {limits.grace:g} s",
@@ -494,7 +508,7 @@ def guards_markdown(result: dict[str, Any]) -> str:
             + ", ".join(sorted({f"{a['status']} {a['error']!r}" for a in refused}) or ["-"])
             + f"; the last {last:.1f} s after SIGTERM",
         ),
-        ("SIGTERM, a body that stalls", "answered at once", _closed(stop["stalled_body"])),
+        ("SIGTERM, a body that stalls", "answered at once", _closed(stop["stalled_body"], "SIGTERM")),
         (
             "SIGTERM, the process",
             f"exits 0 within {limits.grace:g} s",
@@ -511,9 +525,9 @@ def guards_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _closed(probe: dict[str, Any]) -> str:
+def _closed(probe: dict[str, Any], since: str) -> str:
     answered = f"{probe['answered']}, then " if probe["answered"] else ""
-    return f"{answered}closed after {probe['seconds']:.1f} s"
+    return f"{answered}closed {probe['seconds']:.1f} s after {since}"
 
 
 def markdown(result: dict[str, Any]) -> str:
