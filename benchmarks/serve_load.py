@@ -372,7 +372,7 @@ def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
             "exit_status": status,
             "exit_seconds": round(exited, 2),
             "answers": sorted(  # each with the seconds after SIGTERM it came (negative: before)
-                ({**answer, "after": round(answer.pop("at") - stopped, 2)} for answer in answers),
+                ({**_without_time(answer), "after": round(answer["at"] - stopped, 2)} for answer in answers),
                 key=lambda answer: answer["after"],
             ),
             "stalled_body": {  # its seconds counted from SIGTERM
