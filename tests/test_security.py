@@ -374,3 +374,8 @@ def test_the_server_refuses_a_request_from_a_page_elsewhere(served, headers):
 def test_the_server_answers_its_own_page_and_clients_that_are_not_browsers(served, headers):
     body = '[{"src": "the cat", "id": 100}]'
     assert served.post("/translator/translate", content=body, headers=headers).status_code == 200
+
+
+def test_a_link_elsewhere_still_opens_the_page(served):
+    followed = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate"}
+    assert served.get("/?q=the+cat", headers=followed).status_code == 200

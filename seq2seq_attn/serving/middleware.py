@@ -2,7 +2,7 @@
 
 - Starlette's `TrustedHostMiddleware` with `allowed_hosts`: only the server's own names are answered, so
   a page elsewhere whose name was rebound to the server's address (DNS rebinding) reaches nothing.
-- `CrossSiteGuard`: a request from a page elsewhere (its `Origin` or `Sec-Fetch-Site` says so) is refused:
+- `CrossSiteGuard`: a POST from a page elsewhere (its `Origin` or `Sec-Fetch-Site` says so) is refused:
   the body is read as JSON whatever its Content-Type, so a page's `text/plain` POST, which browsers send
   without asking the server first, would otherwise translate.
 - `HeadAsGet`: every GET route answers HEAD too (the GET's headers, no body), as HTTP asks.
@@ -49,20 +49,22 @@ def allowed_hosts(bind: str, named: Sequence[str]) -> tuple[list[str], str]:
             "--allowed-host"
         )
     address = f"[{bind}]" if ":" in bind else bind
-    own = [] if bind in ANY_ADDRESS or address in LOCAL_NAMES or bind == "::1" else [address]
+    own = [] if bind in ANY_ADDRESS or address in LOCAL_NAMES else [address]
     return [*LOCAL_NAMES, *own, *named], ""
 
 
 class CrossSiteGuard:
-    """ASGI middleware: 403 for a request that a browser sent from a page of another origin: an `Origin`
-    other than the server's own (scheme and Host), or a `Sec-Fetch-Site` other than `same-origin` or
-    `none` (typed or bookmarked). Clients that are not browsers send neither, and are answered."""
+    """ASGI middleware: 403 for a request for work (any method but GET and HEAD) that a browser sent from
+    a page of another origin: an `Origin` other than the server's own (scheme and Host), or a
+    `Sec-Fetch-Site` other than `same-origin` or `none` (typed or bookmarked). Clients that are not
+    browsers send neither, and are answered; a GET does no work and its answer is not readable from
+    another origin, so a link elsewhere still opens the page."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and _cross_site(scope):
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD") and _cross_site(scope):
             await error_response(403, "cross-site request refused")(scope, receive, send)
             return
         await self.app(scope, receive, send)
