@@ -204,7 +204,8 @@ class MicroBatcher(Generic[Result]):
             if len(jobs) == 1:
                 _fail(jobs[0], error)
                 return
-            for job in jobs:  # again one request at a time: only the request that fails alone fails
+            # again one request at a time (of those still wanted): only the request that fails alone fails
+            for job in [job for job in jobs if job.wanted]:
                 await self._run([(j, i) for j, i in lines if j is job])
             return
         finally:
