@@ -21,9 +21,11 @@ from helpers import start_server
 
 from seq2seq_attn.api import Found
 from seq2seq_attn.model.seq2seq import Seq2Seq
+from seq2seq_attn.serving import turns
 from seq2seq_attn.serving.app import create_app
 from seq2seq_attn.serving.hosting import ModelSpec, host_models
 from seq2seq_attn.serving.limits import BatchLimits, ConnectionLimits, Limits
+from seq2seq_attn.serving.turns import Turns
 
 LOCAL = "http://localhost"
 LONG = " ".join(["the cat sat on the mat"] * 40)  # 919 characters: more pieces than a source keeps (256)
@@ -244,3 +246,80 @@ def test_sigterm_answers_every_request_and_exits_within_the_grace_period(tiny_ru
     assert answers[0].json() == {"error": "the server is stopping", "status": "error"}
     assert body_of(until_closed(stalled)) == {"error": "the server is stopping", "status": "error"}
     assert until_closed(half) == b""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# turns
+
+
+class Clock:
+    """A clock that only the searches move: each step computes exactly one second."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_searches_share_the_model_in_proportion_to_the_requests_they_serve(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(turns, "time", clock)
+    shared, order, joined = Turns(), [], threading.Event()
+
+    def search(name: str, weight: int, steps: int) -> None:
+        with shared.turn(weight) as turn:
+            for n in range(steps):
+                turn.step()
+                order.append(name)
+                clock.now += 1.0
+                if name == "long" and n == 4:  # five steps alone, then the short one joins
+                    joined.set()
+                    time.sleep(0.5)  # (real time for its thread to start and join)
+
+    def short() -> None:
+        joined.wait(30)
+        search("short", 4, 12)  # a batch of four requests
+
+    threads = [threading.Thread(target=search, args=("long", 1, 40)), threading.Thread(target=short)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert order.count("long") == 40 and order.count("short") == 12
+    first, last = order.index("short"), len(order) - 1 - order[::-1].index("short")
+    # four requests against one: four seconds for every one of the long search's, one step at a time
+    assert order[first : last + 1] == (["short"] * 4 + ["long"]) * 2 + ["short"] * 4
+
+
+def test_a_cancelled_search_stops_before_its_next_step_or_its_first() -> None:
+    shared, steps = Turns(), []
+    holding, waiting = shared.turn(), shared.turn()
+    started = threading.Event()
+
+    def search(turn: turns.Turn) -> None:
+        with turn:
+            started.set()
+            for n in range(1000):
+                turn.step()
+                steps.append(n)
+                time.sleep(0.001)
+
+    errors: list[BaseException] = []
+
+    def run(turn: turns.Turn) -> None:
+        try:
+            search(turn)
+        except turns.Cancelled as error:
+            errors.append(error)
+
+    first = threading.Thread(target=run, args=(holding,))
+    first.start()
+    started.wait(30)
+    waiting.cancel()  # never joined: it stops before its first step
+    run(waiting)
+    holding.cancel()
+    first.join(30)
+    assert len(errors) == 2 and 0 < len(steps) < 1000
