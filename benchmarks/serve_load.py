@@ -10,6 +10,21 @@ models differ: throughput follows length) and the server's peak resident memory 
     python -m benchmarks.serve_load --ours runs/enfr --opennmt-model M.pt --opennmt-sp-src S.model \
         --opennmt-sp-tgt T.model --sentences test.en --doc benchmarks/results/serve_load.md
 
+`--mixed` measures ours alone under a mixed load instead: at each concurrency level the C clients send one
+sentence per request, first by themselves, then beside one heavy client that sends, over and over, the
+largest request the server's default limits accept (`--max-chars` characters per sentence up to
+`--max-request-chars` in all, at n-best 1: test sentences joined and cut to length). Reported: the short
+requests' p50/p99 in both runs and their ratio, the heavy requests answered; the short requests must keep
+their p99 within 2x of theirs alone, or under 1 s (`passes`).
+
+    python -m benchmarks.serve_load --ours RUN --sentences test.en --mixed --clients 1,8 \
+        --doc benchmarks/results/serve_mixed.md
+
+`--guards` measures what the server does with careless clients and a stop, with its default options: the
+seconds until it closes a silent connection, answers a body that stops arriving, closes an idle one; then
+SIGTERM while HEAVY_IN_FLIGHT of the largest requests are searched and a body stalls: when each request is
+answered and how, when the process exits and with what status, and whether its log holds a traceback.
+
 `--int8-agreement N` also measures how often the int8 copy's answer for a sentence changes when it is
 searched among others (int8 quantises each batch's activations together) instead of alone.
 `--record FILE` writes what OpenNMT-py's server answered to a few requests (the fixture the server's
@@ -29,6 +44,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +53,7 @@ from typing import Any
 import httpx
 
 from seq2seq_attn.io import read_lines, write_json, write_text
+from seq2seq_attn.serving.limits import ConnectionLimits, Limits
 
 from .machine import describe, load_warning, provenance_warnings, summary
 from .report import map_strings
@@ -45,6 +63,8 @@ PROG = f"python -m {__spec__.name}"
 ROUTE = "/translator/translate"
 OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
+HEAVY_IN_FLIGHT = 8  # `--guards`: the largest requests being searched when SIGTERM comes
+SEARCHING_SECONDS = 2.0  # `--guards`: how long they are searched before it comes
 # the report is committed: a path outside the repository shows as its placeholder, not as this machine's path
 PLACEHOLDERS = {
     "--ours": "RUN",
@@ -117,6 +137,15 @@ def ours_command(args: argparse.Namespace, port: int, extra: list[str]) -> list[
     ]  # fmt: skip
 
 
+def mixed_command(args: argparse.Namespace, port: int) -> list[str]:
+    """Ours with the default limits (the heavy request is the largest they accept)."""
+    return [
+        sys.executable, "-m", "seq2seq_attn", "--quiet", "serve", "--model", str(args.ours),
+        "--port", str(port), "--beam", str(args.beam), "--nbest", "1", "--device", "cpu",
+        "--threads", str(args.threads),
+    ]  # fmt: skip
+
+
 def opennmt_conf(args: argparse.Namespace, folder: Path) -> Path:
     """conf.json for `onmt_server`: the model, beam and batch, and its sentencepiece models through
     pyonmttok (the tokenizer its server ships with; `mode: none` keeps sentencepiece's pieces)."""
@@ -155,17 +184,40 @@ def opennmt_command(cache: Path, conf: Path, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-async def load(url: str, sentences: list[str], clients: int, requests: int, seconds: float) -> dict[str, Any]:
-    """C clients, each sending one sentence per request until `requests` answers or `seconds` passed."""
+async def load(
+    url: str,
+    sentences: list[str],
+    clients: int,
+    requests: int,
+    seconds: float,
+    heavy: list[str] | None = None,
+) -> dict[str, Any]:
+    """C clients, each sending one sentence per request until `requests` answers or `seconds` passed;
+    with `heavy`, one more client sending those sentences as one request, over and over, meanwhile."""
     latencies: list[float] = []
     lengths: list[int] = []
+    heavy_latencies: list[float] = []
     errors = 0
     next_sentence = 0
     deadline = time.monotonic() + seconds
 
+    def running() -> bool:
+        return len(latencies) + errors < requests and time.monotonic() < deadline
+
+    async def heavy_client(http: httpx.AsyncClient) -> None:
+        body = [{"src": sentence, "id": 100} for sentence in heavy or []]
+        while running():
+            started = time.perf_counter()
+            answer = await http.post(f"{url}{ROUTE}", json=body)
+            if answer.status_code != 200:
+                raise SystemExit(
+                    f"serve_load: the heavy request got {answer.status_code}: {answer.text[:200]}"
+                )
+            heavy_latencies.append(time.perf_counter() - started)
+
     async def client(http: httpx.AsyncClient) -> None:
         nonlocal next_sentence, errors
-        while len(latencies) + errors < requests and time.monotonic() < deadline:
+        while running():
             sentence = sentences[next_sentence % len(sentences)]
             next_sentence += 1
             started = time.perf_counter()
@@ -180,24 +232,31 @@ async def load(url: str, sentences: list[str], clients: int, requests: int, seco
             latencies.append(time.perf_counter() - started)
             lengths.append(len(answer.json()[0][0]["tgt"].split()))
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    connections = clients + (heavy is not None)
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     started = time.perf_counter()
     async with httpx.AsyncClient(timeout=600, limits=limits) as http:
-        await asyncio.gather(*(client(http) for _ in range(clients)))
+        heavy_run = [heavy_client(http)] if heavy is not None else []
+        await asyncio.gather(*(client(http) for _ in range(clients)), *heavy_run)
     elapsed = time.perf_counter() - started
-    ordered = sorted(latencies)
-    point = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000 if ordered else None  # noqa: E731
-    return {
+    level = {
         "clients": clients,
         "answered": len(latencies),
         "errors": errors,
         "seconds": round(elapsed, 2),
         "requests_per_s": round(len(latencies) / elapsed, 2),
-        "p50_ms": point(0.50),
-        "p95_ms": point(0.95),
-        "p99_ms": point(0.99),
+        **{f"p{q}_ms": percentile(latencies, q) for q in (50, 95, 99)},
         "mean_output_words": round(statistics.fmean(lengths), 2) if lengths else None,
     }
+    if heavy is not None:
+        level["heavy"] = {"answered": len(heavy_latencies), "p50_ms": percentile(heavy_latencies, 50)}
+    return level
+
+
+def percentile(latencies: list[float], q: int) -> float | None:
+    """The q-th percentile of latencies in seconds, in milliseconds (the sample at that rank)."""
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, q * len(ordered) // 100)] * 1000 if ordered else None
 
 
 def measure(server: Server, sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -210,6 +269,118 @@ def measure(server: Server, sentences: list[str], args: argparse.Namespace) -> d
         "mean_output_words": round(statistics.fmean(words), 2) if words else None,
         "peak_rss_mib": server.peak_rss_mib(),
         "errors": sum(level["errors"] for level in levels),
+    }
+
+
+def heavy_request(sentences: list[str], limits: Limits = Limits()) -> list[str]:
+    """The largest request `limits` accept at n-best 1: sentences of `max_chars` characters (test sentences
+    joined and cut), as many as `max_request_chars` allows."""
+    text = " ".join(sentences)
+    count = min(limits.max_sentences, limits.max_request_chars // limits.max_chars)
+    width = limits.max_chars
+    return [(text * (1 + width * count // len(text)))[n * width : (n + 1) * width] for n in range(count)]
+
+
+def measure_mixed(server: Server, sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Each level's short requests alone and beside the heavy client (module docstring)."""
+    asyncio.run(load(server.url, sentences[: args.warmup], 1, args.warmup, args.seconds))  # warm caches
+    heavy = heavy_request(sentences)
+    levels = []
+    for clients in args.clients:
+        alone = asyncio.run(load(server.url, sentences, clients, args.requests, args.seconds))
+        mixed = asyncio.run(load(server.url, sentences, clients, args.requests, args.seconds, heavy))
+        ratio = mixed["p99_ms"] / alone["p99_ms"] if alone["p99_ms"] and mixed["p99_ms"] else None
+        bound = max(2 * (alone["p99_ms"] or 0), 1000)
+        passes = mixed["p99_ms"] is not None and mixed["p99_ms"] <= bound
+        levels.append(
+            {"clients": clients, "alone": alone, "mixed": mixed, "p99_ratio": ratio, "passes": passes}
+        )
+    return {
+        "label": server.label,
+        "heavy_request": {
+            "sentences": len(heavy),
+            "longest": max(map(len, heavy)),
+            "characters": sum(map(len, heavy)),
+        },
+        "levels": levels,
+        "peak_rss_mib": server.peak_rss_mib(),
+    }
+
+
+def connect(server: Server) -> socket.socket:
+    host, port = server.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=300)
+
+
+def closed_after(sock: socket.socket, send: bytes = b"", reply: bool = False) -> dict[str, Any]:
+    """Send `send` (with `reply`, wait for the first answer), then the seconds until the server closes
+    the connection and the status line of what it sent meanwhile."""
+    with sock:
+        sock.sendall(send)
+        received = sock.recv(65536) if reply else b""
+        started = time.monotonic()
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:
+            pass
+        closed = time.monotonic()
+    answers = [line.decode() for line in received.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+    return {"seconds": round(closed - started, 2), "answered": answers[-1] if answers else None, "at": closed}
+
+
+def _without_time(probe: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in probe.items() if key != "at"}
+
+
+def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
+    """The careless clients' and the stop's figures (module docstring)."""
+    request = b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 99\r\n\r\n{"
+    health = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    probes = {
+        "silent": lambda: closed_after(connect(server)),
+        "body_stalls": lambda: closed_after(connect(server), request),
+        "idle": lambda: closed_after(connect(server), health, True),
+    }
+    with ThreadPoolExecutor(len(probes)) as pool:
+        futures = {name: pool.submit(probe) for name, probe in probes.items()}
+        timeouts = {name: _without_time(future.result()) for name, future in futures.items()}
+    heavy = [{"src": sentence, "id": 100} for sentence in heavy_request(sentences)]
+    answers: list[dict[str, Any]] = []
+
+    def send() -> None:
+        answer = httpx.post(f"{server.url}{ROUTE}", json=heavy, timeout=300)
+        error = answer.json().get("error") if answer.status_code != 200 else None
+        answers.append({"status": answer.status_code, "error": error, "at": time.monotonic()})
+
+    with ThreadPoolExecutor(HEAVY_IN_FLIGHT + 1) as pool:
+        sent = [pool.submit(send) for _ in range(HEAVY_IN_FLIGHT)]
+        stalled = pool.submit(closed_after, connect(server), request)
+        time.sleep(SEARCHING_SECONDS)
+        stopped = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        status = server.process.wait(300)
+        exited = time.monotonic() - stopped
+        for future in sent:
+            future.result()
+        stalled_body = stalled.result()
+    log = server.log.read_text(encoding="utf-8", errors="replace")
+    return {
+        "timeouts": timeouts,
+        "stop": {
+            "heavy_in_flight": HEAVY_IN_FLIGHT,
+            "exit_status": status,
+            "exit_seconds": round(exited, 2),
+            "answers": sorted(  # each with the seconds after SIGTERM it came (negative: before)
+                ({**_without_time(answer), "after": round(answer["at"] - stopped, 2)} for answer in answers),
+                key=lambda answer: answer["after"],
+            ),
+            "stalled_body": {  # its seconds counted from SIGTERM
+                **_without_time(stalled_body),
+                "seconds": round(stalled_body["at"] - stopped, 2),
+            },
+            "traceback": "Traceback" in log,
+        },
     }
 
 
@@ -266,15 +437,102 @@ def int8_agreement(args: argparse.Namespace, sentences: list[str]) -> dict[str, 
     return {"sentences": len(chosen), "batch": 32, "differ": differ, "share": round(differ / len(chosen), 4)}
 
 
-def markdown(result: dict[str, Any]) -> str:
-    lines = [
-        "# Serving under load",
+def header(result: dict[str, Any], title: str) -> list[str]:
+    return [
+        f"# {title}",
         "",
         f"Command: `{result['command']}`",
         "",
         f"Machine: {summary(result['machine'])}; each server {result['settings']['threads']} threads.",
         *(f"\n**Warning**: {warning}" for warning in result["warnings"]),
         "",
+    ]
+
+
+def mixed_markdown(result: dict[str, Any]) -> str:
+    mixed = result["mixed"]
+    heavy = mixed["heavy_request"]
+    lines = [
+        *header(result, "Serving a mixed load"),
+        f"The heavy client sends {heavy['sentences']} sentences of {heavy['longest']:,} characters "
+        f"({heavy['characters']:,} in all) per request, the largest request the default limits "
+        "accept, over and over; the other clients send one test sentence per request. Passes: the short "
+        "requests' p99 beside the heavy client within 2x of theirs alone, or under 1 s.",
+        "",
+        "| short clients | alone p50 ms | alone p99 ms | mixed p50 ms | mixed p99 ms | p99 ratio | passes "
+        "| short requests/s alone / mixed | heavy requests answered (p50 s) | errors |",
+        "|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for level in mixed["levels"]:
+        alone, loaded = level["alone"], level["mixed"]
+        heavy_p50 = loaded["heavy"]["p50_ms"]
+        cells = [
+            level["clients"],
+            *(_number(run[key]) for run in (alone, loaded) for key in ("p50_ms", "p99_ms")),
+            f"{level['p99_ratio']:.2f}x" if level["p99_ratio"] else "",
+            "yes" if level["passes"] else "**no**",
+            f"{_number(alone['requests_per_s'])} / {_number(loaded['requests_per_s'])}",
+            f"{loaded['heavy']['answered']} ({heavy_p50 / 1000:.1f})" if heavy_p50 else "0",
+            alone["errors"] + loaded["errors"],
+        ]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def guards_markdown(result: dict[str, Any]) -> str:
+    guards, limits = result["guards"], ConnectionLimits()
+    timeouts, stop = guards["timeouts"], guards["stop"]
+    answered = [answer for answer in stop["answers"] if answer["status"] == 200]
+    refused = [answer for answer in stop["answers"] if answer["status"] != 200]
+    last = max((answer["after"] for answer in stop["answers"]), default=0)
+    rows = [
+        (
+            "a silent connection closed",
+            f"{limits.header_timeout:g} s",
+            _closed(timeouts["silent"], "it opened"),
+        ),
+        (
+            "a body that stops arriving answered",
+            f"{limits.body_timeout:g} s",
+            _closed(timeouts["body_stalls"], "its headers"),
+        ),
+        (
+            "an idle connection closed after an answer",
+            f"{limits.keep_alive:g} s",
+            _closed(timeouts["idle"], "the answer"),
+        ),
+        (
+            f"SIGTERM, {stop['heavy_in_flight']} of the largest requests in flight",
+            f"all answered within {limits.grace:g} s",
+            f"{len(answered)} translated, {len(refused)} answered "
+            + ", ".join(sorted({f"{a['status']} {a['error']!r}" for a in refused}) or ["-"])
+            + f"; the last {last:.1f} s after SIGTERM",
+        ),
+        ("SIGTERM, a body that stalls", "answered at once", _closed(stop["stalled_body"], "SIGTERM")),
+        (
+            "SIGTERM, the process",
+            f"exits 0 within {limits.grace:g} s",
+            f"exit {stop['exit_status']} after {stop['exit_seconds']:.1f} s",
+        ),
+        ("a traceback in its log", "none", "yes" if stop["traceback"] else "none"),
+    ]
+    lines = [
+        *header(result, "Serving careless clients and a stop"),
+        "| what | default | measured |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {what} | {default} | {measured} |" for what, default, measured in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _closed(probe: dict[str, Any], since: str) -> str:
+    answered = f"{probe['answered']}, then " if probe["answered"] else ""
+    return f"{answered}closed {probe['seconds']:.1f} s after {since}"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        *header(result, "Serving under load"),
         "| system | clients | requests/s | p50 ms | p95 ms | p99 ms | errors | mean output words "
         "| peak RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -319,18 +577,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--beam", type=int, default=5)
     add("--threads", type=int, default=2, help="CPU threads of each server")
     add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
+    add("--mixed", action="store_true", help="ours alone, short requests beside a heavy client (docstring)")
+    add("--guards", action="store_true", help="ours alone: careless clients' timeouts and a stop (docstring)")
     add(
         "--cache", type=Path, default=ROOT / ".bench", help="where bench installed OpenNMT-py (venvs/opennmt)"
     )
     add("--record", type=Path, help="write OpenNMT-py's answers to a few requests to this JSON file")
     add("--out", type=Path, default=ROOT / "runs/serve_load", help="server logs")
     add(
-        "--doc",
-        type=Path,
-        default=ROOT / "benchmarks/results/serve_load.md",
-        help="markdown (JSON next to it)",
+        "--doc", type=Path, help="markdown (JSON next to it); default results/serve_load.md or serve_mixed.md"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    name = "serve_mixed.md" if args.mixed else "serve_guards.md" if args.guards else "serve_load.md"
+    args.doc = args.doc or ROOT / "benchmarks/results" / name
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -346,6 +606,19 @@ def main(argv: list[str] | None = None) -> None:
                      "seconds": args.seconds, "clients": args.clients, "route": ROUTE},
         "systems": [],
     }  # fmt: skip
+    if args.mixed or args.guards:
+        port = free_port()
+        mode = "mixed" if args.mixed else "guards"
+        server = start("seq2seq-attn fp32", mixed_command(args, port), env, args.out / f"{mode}.log", port)
+        try:
+            measured = (
+                measure_mixed(server, sentences, args) if args.mixed else measure_guards(server, sentences)
+            )
+            result[mode] = measured
+        finally:
+            server.stop()
+        finish(args, result, mixed_markdown if args.mixed else guards_markdown)
+        return
     if args.opennmt_model:
         port = free_port()
         conf = opennmt_conf(args, args.out)
@@ -376,11 +649,16 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
     if args.int8_agreement:
         result["int8_agreement"] = int8_agreement(args, sentences)
+    finish(args, result, markdown)
+
+
+def finish(args: argparse.Namespace, result: dict[str, Any], render: Callable[[dict[str, Any]], str]) -> None:
+    """The report's warnings, then its JSON and markdown written and the markdown printed."""
     warnings = [load_warning(result["machine"]["load_before"]), *provenance_warnings(result["machine"])]
     result["warnings"] = [warning for warning in warnings if warning]
     write_json(args.doc.with_suffix(".json"), result)
-    write_text(args.doc, markdown(result))
-    print(markdown(result))
+    write_text(args.doc, render(result))
+    print(render(result))
 
 
 if __name__ == "__main__":

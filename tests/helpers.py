@@ -16,8 +16,10 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -770,3 +772,34 @@ def browse(page: Path | str, folder: Path, *actions: str) -> tuple[str, list[str
         and event["params"].get("initiator") != "not an origin"
     ]
     return result.stdout, console, requests
+
+
+# ----------------------------------------------------------------------------------------------------------
+# a real server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(*args: str) -> tuple[subprocess.Popen, str]:
+    """`seq2seq serve ARGS` as a process on a free port, once it answers; its output piped, merged."""
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "seq2seq_attn", "serve", "--port", str(port), *args]
+    server = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.TransportError:
+            if server.poll() is not None:
+                break
+            time.sleep(0.2)
+    server.kill()
+    raise AssertionError(f"the server did not start: {server.stdout.read().decode()[-2000:]}")

@@ -61,6 +61,7 @@ from benchmarks.toolkits import (
     matched_recipe,
 )
 from seq2seq_attn.config import load_config
+from seq2seq_attn.serving.limits import Limits, Refusal, check_sentences, check_work
 from seq2seq_attn.training.optim import build_optimizer
 from seq2seq_attn.vocab.pieces import build_vocab
 
@@ -335,6 +336,17 @@ def test_the_serving_report_shows_no_machines_paths() -> None:
         "models": ["gru_step_5.pt"],
         "opt": {"sp_model_path": "src.model", "beam": 5},
     }
+
+
+def test_the_mixed_loads_heavy_request_is_the_largest_the_default_limits_accept() -> None:
+    limits = Limits()
+    heavy = serve_load.heavy_request(["The cat sat on the mat.", "Where is the station?"])
+    check_sentences(limits, heavy)
+    check_work(limits, heavy)  # accepted, at n-best 1
+    assert len(heavy) * limits.max_chars == limits.max_request_chars
+    assert {len(sentence) for sentence in heavy} == {limits.max_chars}
+    with pytest.raises(Refusal):  # and one character more is not
+        check_work(limits, [*heavy[:-1], heavy[-1] + "x"])
 
 
 def test_a_report_names_its_commit_and_warns_of_changes_before_or_during_the_run(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Nothing the tool loads can run code: checkpoints load with `torch.load(weights_only=True)`, configs with
 `yaml.safe_load`; no shell ever sees a user's string; config paths resolve against the config's folder.
+The server answers only its own names (no DNS rebinding) and shows no path of the machine.
 
 The payloads used here create a file when executed; the control tests show they really do under an
 unsafe loader, so the refusal tests could fail.
@@ -16,11 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from fastapi.testclient import TestClient
 from helpers import assert_one_line_error, run_main, snapshot
 
 import seq2seq_attn
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.serving.app import create_app
+from seq2seq_attn.serving.hosting import ModelSpec, host_models
+from seq2seq_attn.serving.middleware import allowed_hosts
 
 
 class CreatesFile:
@@ -247,3 +252,130 @@ def test_config_paths_resolve_against_the_config_folder_not_the_working_director
     assert resolved["train"]["run_dir"] == str(folder / "runs" / "x")
     assert resolved["decode"]["unk_dictionary"] == str(folder / "dict.tsv")  # --set paths too
     assert list(elsewhere.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the server: only its own names, no machine paths
+
+
+@pytest.fixture
+def served(tiny_run_dir, monkeypatch):
+    """A server of the tiny run, started in the run's parent folder (where paths are shown from)."""
+    monkeypatch.chdir(tiny_run_dir.parent)
+    specs = [
+        ModelSpec(100, [str(tiny_run_dir)], name="tiny"),
+        ModelSpec(7, [str(tiny_run_dir / "checkpoints" / "best.pt")]),
+    ]
+    with TestClient(create_app(host_models(specs)), base_url="http://127.0.0.1:5000") as client:
+        yield client
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:5000", "127.0.0.1.evil.example", "[::2]"])
+def test_the_server_refuses_a_host_not_its_own(served, host):
+    # a page of evil.example whose name was rebound to 127.0.0.1 sends its own name as the Host
+    answer = served.get("/v1/models", headers={"host": host})
+    assert answer.status_code == 400
+    assert "models" not in answer.text
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:5000", "localhost:5000", "localhost", "[::1]:5000"])
+def test_the_server_answers_its_own_names(served, host):
+    assert served.get("/v1/health", headers={"host": host}).status_code == 200
+
+
+def test_no_answer_echoes_the_clients_host(served):
+    answer = served.get("/v1/models/", headers={"host": "localhost:5000"}, follow_redirects=False)
+    assert answer.status_code == 404 and "location" not in answer.headers
+
+
+@pytest.mark.parametrize(
+    ("bind", "named", "allowed", "warned"),
+    [
+        ("127.0.0.1", [], ["127.0.0.1", "localhost", "[::1]"], False),
+        ("localhost", ["mt.example"], ["127.0.0.1", "localhost", "[::1]", "mt.example"], False),
+        ("192.168.1.5", [], ["127.0.0.1", "localhost", "[::1]", "192.168.1.5"], False),
+        ("::1", [], ["127.0.0.1", "localhost", "[::1]"], False),
+        (
+            "0.0.0.0",
+            ["mt.example", "*.mt.example"],
+            ["127.0.0.1", "localhost", "[::1]", "mt.example", "*.mt.example"],
+            False,
+        ),
+        ("0.0.0.0", [], ["*"], True),
+        ("::", [], ["*"], True),
+        ("127.0.0.1", ["*"], ["*"], False),
+    ],
+)
+def test_the_allowed_hosts_are_the_bound_names_and_those_given(bind, named, allowed, warned):
+    hosts, warning = allowed_hosts(bind, named)
+    assert hosts == allowed
+    assert bool(warning) == warned
+    if warned:
+        assert "--allowed-host" in warning and "\n" not in warning
+
+
+def test_listings_and_cards_show_no_path_of_the_machine(served, tiny_run_dir):
+    answers = [served.get(route).json() for route in ["/v1/models", "/translator/models"]]
+    answers += [served.get(f"/v1/models/{model_id}").json() for model_id in (100, 7)]
+    strings = _strings(answers)
+    assert not [text for text in strings if text.startswith("/") or str(tiny_run_dir) in text]
+    card = answers[2]
+    assert card["models"] == ["run"]  # relative to where the server started
+    assert card["config"]["train"]["run_dir"] == "run" and card["config"]["data"]["dir"] == "data"
+    assert [Path(path).parts[0] for path in card["checkpoints"]] == ["run"]
+    assert answers[1][1]["models"] == [str(Path("run", "checkpoints", "best.pt"))]
+
+
+def test_a_path_outside_where_the_server_started_shows_as_its_name(tiny_run_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with TestClient(
+        create_app(host_models([ModelSpec(100, [str(tiny_run_dir)])])), base_url="http://localhost"
+    ) as client:
+        card = client.get("/v1/models/100").json()
+    assert card["models"] == [tiny_run_dir.name]
+    assert not [text for text in _strings(card) if text.startswith("/")]
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return [value] if isinstance(value, str) else []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"origin": "http://evil.example"},
+        {"origin": "null"},
+        {"origin": "http://127.0.0.1:5001"},  # another port is another origin
+        {"sec-fetch-site": "cross-site"},
+        {"sec-fetch-site": "same-site"},
+        {"origin": "http://127.0.0.1:5000", "sec-fetch-site": "cross-site"},
+    ],
+)
+def test_the_server_refuses_a_request_from_a_page_elsewhere(served, headers):
+    # a page elsewhere may POST text/plain without a preflight, and the server reads any body as JSON
+    body = '{"model": 100, "sentences": ["the cat"]}'
+    answer = served.post("/v1/translate", content=body, headers={"content-type": "text/plain", **headers})
+    assert answer.status_code == 403
+    assert answer.json() == {"error": "cross-site request refused", "status": "error"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"content-type": "application/x-www-form-urlencoded"},  # OpenNMT-py's clients: `curl -d`
+        {"origin": "http://127.0.0.1:5000", "sec-fetch-site": "same-origin"},  # the server's own page
+        {"sec-fetch-site": "none"},  # typed into the address bar
+    ],
+)
+def test_the_server_answers_its_own_page_and_clients_that_are_not_browsers(served, headers):
+    body = '[{"src": "the cat", "id": 100}]'
+    assert served.post("/translator/translate", content=body, headers=headers).status_code == 200
+
+
+def test_a_link_elsewhere_still_opens_the_page(served):
+    followed = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate"}
+    assert served.get("/?q=the+cat", headers=followed).status_code == 200

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -21,18 +22,29 @@ import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from helpers import ENV, ROOT, assert_one_line_error, browse, run_main
+from helpers import (
+    ROOT,
+    assert_one_line_error,
+    browse,
+    make_run_dir,
+    run_main,
+    start_server,
+    tiny_config,
+    write_corpus,
+)
 
 import seq2seq_attn as s2s
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.io import read_json
-from seq2seq_attn.serving.app import create_app, word_alignment
+from seq2seq_attn.serving.app import create_app
 from seq2seq_attn.serving.batching import MicroBatcher
 from seq2seq_attn.serving.hosting import ModelSpec, host_models, read_conf
 from seq2seq_attn.serving.limits import BatchLimits, Limits
+from seq2seq_attn.serving.opennmt import word_alignment
 
 LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
 LIMITS = Limits(max_body_bytes=20_000, max_sentences=8, max_chars=300, max_nbest=4)
+LOCAL = "http://localhost"  # a name the server answers (its Host check refuses TestClient's "testserver")
 # What OpenNMT-py 3.5.1's `onmt_server` answered (recorded from it by benchmarks/serve_load.py --record)
 OPENNMT = json.loads((ROOT / "tests" / "data" / "opennmt_server_3.5.1.json").read_text(encoding="utf-8"))
 
@@ -43,7 +55,7 @@ def client(tiny_run_dir: Path):
         ModelSpec(100, [str(tiny_run_dir)], {"beam_size": 3, "nbest": 2}, "tiny", report_align=True),
         ModelSpec(7, [str(tiny_run_dir), str(tiny_run_dir)], {"beam_size": 3}, "pair"),
     ]
-    with TestClient(create_app(host_models(specs), LIMITS)) as client:
+    with TestClient(create_app(host_models(specs), LIMITS), base_url=LOCAL) as client:
         yield client
 
 
@@ -92,6 +104,50 @@ def test_the_first_inputs_id_picks_the_model_and_an_unknown_id_is_an_error(clien
     answer = client.post("/translator/translate", json=[{"src": "the cat", "id": 3}])
     assert answer.status_code == 404
     assert answer.json() == {"error": "No such model '3' (the models: 100, 7)", "status": "error"}
+
+
+@pytest.mark.parametrize(
+    ("method", "route"),
+    [("post", "clone_model/100"), ("get", "unload_model/100"), ("get", "to_cpu/7"), ("get", "to_gpu/7")],
+)
+def test_opennmts_model_management_routes_say_they_are_not_supported(
+    client: TestClient, method: str, route: str
+) -> None:
+    answer = client.request(method.upper(), f"/translator/{route}", json={"opt": {"beam_size": 2}})
+    assert answer.status_code == 501
+    error = answer.json()
+    assert error["status"] == "error" and error["error"].startswith(f"{route.split('/')[0]}: not supported")
+    assert client.post("/translator/translate", json=[{"src": "the cat", "id": 100}]).status_code == 200
+
+
+def test_opennmt_translations_keep_the_sources_outer_whitespace(client: TestClient) -> None:
+    sources = ["  the cat sat \n", "\ta dog", "the dog\u3000", "   ", ""]
+    ranks = client.post("/translator/translate", json=[{"src": s, "id": 100} for s in sources]).json()
+    best = s2s.load(client.app.state.hosted[100].spec.paths[0], beam_size=3).nbest(sources, 2)
+    for rank, answers in enumerate(ranks):
+        assert [a["src"] for a in answers] == sources
+        texts = [c[rank].text if rank < len(c) else "" for c in best]
+        # as OpenNMT-py: the source's leading and trailing whitespace around the translation
+        assert [a["tgt"] for a in answers] == [
+            "  " + texts[0] + " \n",
+            "\t" + texts[1],
+            texts[2] + "\u3000",
+            "      ",  # a blank source: its whitespace before, nothing, its whitespace after
+            "",
+        ]
+
+
+def test_a_request_without_an_id_asks_for_model_0_as_opennmt_py_does(
+    client: TestClient, tiny_run_dir: Path
+) -> None:
+    answer = client.post("/translator/translate", json=[{"src": "the cat"}])
+    assert answer.status_code == 404
+    assert answer.json()["error"] == "No such model '0' (the models: 100, 7)"
+    specs = [ModelSpec(0, [str(tiny_run_dir)], {"nbest": 2}), ModelSpec(5, [str(tiny_run_dir)])]
+    with TestClient(create_app(host_models(specs)), base_url=LOCAL) as zero:
+        assert len(zero.post("/translator/translate", json=[{"src": "the cat"}]).json()) == 2  # model 0's
+    with TestClient(create_app(host_models(specs[1:])), base_url=LOCAL) as one:  # the only one hosted
+        assert one.post("/translator/translate", json=[{"src": "the cat"}]).status_code == 200
 
 
 def test_opennmt_alignments_link_each_target_word_to_a_source_word() -> None:
@@ -159,7 +215,7 @@ def test_the_card_has_the_config_the_size_and_an_exported_folders_bleu_by_length
     exported = tmp_path / "exported"
     assert run_main("export", str(tiny_run_dir), "-o", str(exported), "--report", str(report)).returncode == 0
     specs = [ModelSpec(1, [str(exported)]), ModelSpec(2, [str(tiny_run_dir)])]
-    with TestClient(create_app(host_models(specs))) as client:
+    with TestClient(create_app(host_models(specs)), base_url=LOCAL) as client:
         card = client.get("/v1/models/1").json()
         assert card["bleu_by_length"] == [{"label": "tiny", "rows": rows}]
         assert card["parameters"] == s2s.load(tiny_run_dir).parameters > 0
@@ -206,9 +262,61 @@ def test_a_refused_request_gets_a_one_line_json_error(
     assert error["status"] == "error" and fragment in error["error"] and "\n" not in error["error"]
 
 
+@pytest.mark.parametrize(
+    ("route", "body", "where"),
+    [
+        ("/v1/translate", b'{"model": 100, "sentences": ["a \\ud800 b"]}', "sentences.0"),
+        ("/translator/translate", b'[{"src": "\\udfff", "id": 100}]', "0.src"),
+        ("/v1/score", b'{"model": 100, "sources": ["a"], "targets": ["\\ud83d"]}', "targets.0"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_in_one_log_line_and_the_connection_kept(
+    client: TestClient, caplog: pytest.LogCaptureFixture, route: str, body: bytes, where: str
+) -> None:
+    # JSON's \\uD800 escape decodes to half of a UTF-16 pair: a str no UTF-8 encoder (sentencepiece's,
+    # the answer's) takes
+    with caplog.at_level(logging.INFO):
+        answer = client.post(route, content=body)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == f"{where}: a lone surrogate (U+D800 to U+DFFF) is not text"
+    logged = [record for record in caplog.records if not record.name.startswith("httpx")]  # not the client
+    assert [record.getMessage() for record in logged] == [f"refused: {answer.json()['error']}"]
+    assert logged[0].exc_info is None
+    assert answer.headers.get("connection") != "close"
+
+
+def test_a_chunked_body_over_the_limit_is_refused_with_413(client: TestClient) -> None:
+    def chunks():  # no Content-Length: the limit is found while the body is read
+        yield b'{"model": 100, "sentences": ["'
+        for _ in range(30):
+            yield b"x" * 1000
+        yield b'"]}'
+
+    answer = client.post("/v1/translate", content=chunks())
+    assert "content-length" not in answer.request.headers
+    assert answer.status_code == 413
+    assert answer.json() == {"error": "request body over 20000 bytes", "status": "error"}
+
+
+def test_a_wrong_method_is_told_the_allowed_ones_and_head_answers_every_get_route(
+    client: TestClient,
+) -> None:
+    refused = client.get("/v1/translate")
+    assert (refused.status_code, refused.headers.get("allow")) == (405, "POST")
+    assert refused.json() == {"error": "Method Not Allowed", "status": "error"}
+    refused = client.delete("/v1/health")
+    assert (refused.status_code, refused.headers.get("allow")) == (405, "GET, HEAD")
+    routes = ["/", "/v1/health", "/v1/models", "/v1/models/7", "/translator/health", "/translator/models"]
+    for route in routes:
+        got, head = client.get(route), client.head(route)
+        assert (got.status_code, head.status_code) == (200, 200), route
+        assert head.content == b"" and head.headers["content-length"] == got.headers["content-length"]
+        assert head.headers["content-type"] == got.headers["content-type"]
+
+
 def malformed_bodies(count: int, seed: int = 0) -> list[bytes]:
     """Bodies a broken or hostile client may send: cut and corrupted JSON, wrong types, huge strings,
-    invalid UTF-8, deep nesting, empty lists, numbers where text goes."""
+    invalid UTF-8, lone surrogates, deep nesting, empty lists, numbers where text goes."""
     rng = random.Random(seed)
     good = [
         json.dumps({"sentences": ["the cat sat"], "nbest": 2}).encode(),
@@ -223,6 +331,9 @@ def malformed_bodies(count: int, seed: int = 0) -> list[bytes]:
         lambda: json.dumps([{"src": rng.choice(values), "id": rng.choice(values)}]).encode(),
         lambda: json.dumps(rng.choice(values)).encode(),
         lambda: b"[" * rng.randrange(1, 3000),  # nesting
+        lambda: json.dumps(  # lone surrogates, where a model would read them
+            {"model": 100, "sentences": [rng.choice(["\ud800", "a \udfff", "\ud83d\ude00\ud83d"])]}
+        ).encode(),
         lambda: json.dumps(
             {"model": rng.choice(values), "sources": ["a"], "targets": rng.choice(values)}
         ).encode(),
@@ -236,7 +347,9 @@ def test_a_thousand_malformed_bodies_are_each_answered_and_the_server_keeps_serv
     routes = ["/v1/translate", "/translator/translate", "/v1/score"]
     statuses = []
     for n, body in enumerate(malformed_bodies(1200)):
-        answer = client.post(routes[n % len(routes)], content=body)
+        # every fourth body chunked (no Content-Length), in pieces of 7 bytes
+        content = (body[i : i + 7] for i in range(0, len(body), 7)) if n % 4 == 0 else body
+        answer = client.post(routes[n % len(routes)], content=content)
         statuses.append(answer.status_code)
         assert answer.status_code in (200, 400, 404, 413, 422), (body[:80], answer.text[:200])
         if answer.status_code != 200:
@@ -303,6 +416,25 @@ def test_a_long_request_shares_its_batches_with_the_requests_behind_it() -> None
     assert answers == [[line.upper() for line in long], ["SHORT"]]
     assert batches[0] == ["long 0", "short", "long 1", "long 2"]  # one line of each in turn
     assert [len(batch) for batch in batches] == [4, 4, 3]
+
+
+def test_short_lines_are_not_batched_with_long_ones_and_a_batch_is_bounded() -> None:
+    batches: list[list[str]] = []
+
+    def search(lines: list[str], settings: object) -> list[int]:
+        batches.append(lines)
+        return [len(line) for line in lines]
+
+    long = [f"{n} {'x' * 1500}" for n in range(10)]
+    requests = [long, ["short", "a b c"], ["y" * 100], long[:3] + ["the cat"]]
+    with ThreadPoolExecutor(4) as executor:
+        batcher = MicroBatcher(search, executor, BatchLimits(max_wait=0.05))
+        answers = run_together(batcher, requests)
+    assert answers == [[len(line) for line in lines] for lines in requests]
+    for batch in batches:
+        lengths = [len(line) for line in batch]
+        assert max(lengths) <= 4 * min(lengths) or max(lengths) <= 64  # a lane: lengths within 4x
+        assert len(batch) * max(lengths) <= BatchLimits().max_chars  # beam 1 here
 
 
 def test_unmixed_batches_hold_one_requests_lines() -> None:
@@ -398,6 +530,45 @@ def test_a_conf_file_in_opennmt_pys_layout_is_read_and_checked(tmp_path: Path) -
             read_conf(conf)
 
 
+def test_opennmt_options_are_mapped_to_ours_or_ignored_with_one_warning(
+    tmp_path: Path, tiny_run_dir: Path, capsys: pytest.CaptureFixture
+) -> None:
+    recorded = OPENNMT["models"][0]["opt"]  # what a real conf.json of OpenNMT-py 3.5.1 held
+    opt = {
+        **recorded,
+        "gpu": -1,
+        "length_penalty": "wu",
+        "alpha": 0.4,
+        "min_length": 2,
+        "block_ngram_repeat": 3,
+        "ban_unk_token": True,
+        "replace_unk": True,
+        "coverage_penalty": "none",
+        "seed": 3,
+    }
+    conf = tmp_path / "conf.json"
+    conf.write_text(json.dumps({"models": [{"id": 100, "model": str(tiny_run_dir), "opt": opt}]}))
+    (spec,) = read_conf(conf)
+    assert spec.decode == {
+        "beam_size": 5,
+        "nbest": 1,
+        "length_penalty": "gnmt",
+        "alpha": 0.4,
+        "min_len": 2,
+        "no_repeat_ngram": 3,
+        "no_unk": True,
+        "replace_unk": True,
+        "coverage_penalty": 0.0,  # OpenNMT-py's "none"
+    }
+    warning = capsys.readouterr().err
+    assert (
+        warning
+        == f"serve: {conf}: models[0].opt: batch_size, max_length, gpu, seed: not decode keys, ignored\n"
+    )
+    model = host_models([spec])[100].model  # and the model loads with them
+    assert (model.decode.min_len, model.decode.no_repeat_ngram, model.decode.length_penalty) == (2, 3, "gnmt")
+
+
 def test_serve_refuses_bad_options_in_one_line(tmp_path: Path, tiny_run_dir: Path) -> None:
     assert_one_line_error(run_main("serve"), "give --model")
     assert_one_line_error(
@@ -416,32 +587,49 @@ def test_serve_refuses_bad_options_in_one_line(tmp_path: Path, tiny_run_dir: Pat
     )
 
 
+@pytest.fixture(scope="module")
+def encdec_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny RNNencdec run: a decoder without attention."""
+    config = tiny_config(tmp_path_factory.mktemp("encdec"), model={"attention": "none"})
+    write_corpus(config.data_dir)
+    return make_run_dir(config)
+
+
+def test_a_model_without_attention_refuses_attention_requests_and_alignments(
+    encdec_run: Path, tmp_path: Path
+) -> None:
+    with TestClient(create_app(host_models([ModelSpec(100, [str(encdec_run)])])), base_url=LOCAL) as client:
+        assert client.get("/v1/models").json()[0]["attention"] is False
+        body = {"sentences": ["the cat sat"], "attention": True}
+        refused = client.post("/v1/translate", json=body)
+        assert refused.status_code == 422
+        assert refused.json()["error"] == "model 100 has no attention (model.attention: none): ask without it"
+        plain = client.post("/v1/translate", json={**body, "attention": False})
+        assert plain.status_code == 200 and plain.json()["translations"][0]["attention"] is None
+    with pytest.raises(UserError, match="model 100: report_align: the model has no attention"):
+        host_models([ModelSpec(100, [str(encdec_run)], report_align=True)])
+
+
+def test_the_page_has_an_icon(client: TestClient) -> None:
+    page = client.get("/").text
+    assert '<link rel="icon" href="static/favicon.svg" type="image/svg+xml">' in page
+    for route in ["/static/favicon.svg", "/favicon.ico"]:  # where the page says, where browsers look
+        icon = client.get(route)
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
+        assert icon.text.startswith("<svg")
+
+
+def test_a_port_taken_is_a_one_line_error_before_any_serving_line(tiny_run_dir: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = run_main("serve", "--model", str(tiny_run_dir), "--port", port)
+    assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
+
+
 # ----------------------------------------------------------------------------------------------------------
 # a real server: SIGTERM, and the page in a browser
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(*args: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    command = [sys.executable, "-m", "seq2seq_attn", "serve", "--port", str(port), *args]
-    server = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
-                return server, url
-        except httpx.TransportError:
-            if server.poll() is not None:
-                break
-            time.sleep(0.2)
-    server.kill()
-    raise AssertionError(f"the server did not start: {server.stdout.read().decode()[-2000:]}")
 
 
 @pytest.mark.slow(seconds=15)

@@ -44,6 +44,10 @@ then `step` per output token, and `index_select` on what they return. `Seq2Seq` 
 `Ensemble` (ensemble.py) and `Shortlisted` (shortlist.py) answer it, and so do their int8 search copies
 (int8.py: the same classes with int8 layers); tests/test_search.py checks all of them against it.
 
+Between steps: a search calls the hook that `between_steps` set for its thread, if any, before each step.
+A server's searches take turns there (serving/turns.py: the hook waits while another search computes)
+or stop (the hook raises, and the search ends with its exception): nothing else of the search changes.
+
 Ensembles are searched by this same code: an `Ensemble` answers `encode`, `init_state` and `step` as one
 model does. When its models read different source vocabularies, the source tensor holds
 each model's ids, (batch, models, src_len) (`translate_ids`'s `other_src_ids`), and the lengths that
@@ -52,9 +56,11 @@ bound the search are the first model's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -74,6 +80,18 @@ FORBIDDEN = (PAD_ID, BOS_ID)  # never a next token
 TOPK_BLOCK = 32  # tokens per block in `top_candidates`
 RETRY_BEAM_LIMIT = 500  # GroundHog doubles the beam of a sentence with no translation while under this
 COVERAGE_FLOOR = 1e-6  # the least coverage a source piece counts with in the coverage penalty
+_between_steps: ContextVar[Callable[[], None] | None] = ContextVar("between_steps", default=None)
+
+
+@contextlib.contextmanager
+def between_steps(hook: Callable[[], None]) -> Iterator[None]:
+    """Every search run in this context (this thread) calls `hook()` before each of its steps: it may
+    wait there, or raise to stop the search (module docstring)."""
+    token = _between_steps.set(hook)
+    try:
+        yield
+    finally:
+        _between_steps.reset(token)
 
 
 @runtime_checkable
@@ -229,8 +247,11 @@ def beam_search(
     beams = start(
         model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention, penalised
     )
+    pause = _between_steps.get()
     step = 0
     while beams.alive:
+        if pause is not None:
+            pause()
         step_log_probs, beams.state, attention = model.step(beams.enc, beams.state, beams.y_prev)
         attention = attention.float() if with_attention or penalised else None  # (rows, src_len)
         top = best_continuations(beams, step_log_probs.float(), step, max_lens, min_lens, cfg)

@@ -10,15 +10,22 @@ client's `"id"` picks the model as it does there:
         {"id": 101, "models": ["runs/a", "runs/b"], "opt": {"precision": "int8"}}
     ]}
 
-`opt` holds `decode` keys (checked as in a config file; OpenNMT-py's `n_best` is read as `nbest`), paths
-are relative to the file. A model is searched exactly as `translate` and the API search it: the run's
-decode settings with the overrides given.
+`opt` holds `decode` keys, checked as in a config file, and OpenNMT-py's translate options: those that
+mean one of ours are read as it (`OPENNMT_KEYS`: `n_best` as `nbest`, `length_penalty: wu` as `gnmt`,
+...), the others (`gpu`, `batch_size`, `max_length`, ...) are ignored with a one-line warning, so that a
+conf.json written for OpenNMT-py's server starts ours. Paths are relative to the file. A model is searched
+exactly as `translate` and the API search it: the run's decode settings with the overrides given.
+
+What a client is shown of a model (its listing, its card) holds no path of the machine: a path under the
+folder the server started in shows relative to it, any other as its name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,14 +33,27 @@ from pathlib import Path
 from typing import Any
 
 from ..api import Found, Model, load
+from ..config import DecodeConfig
 from ..config.loader import to_dict
+from ..console import warn
 from ..errors import UserError
 from ..evaluation.models.likelihood import Score
 from .batching import MicroBatcher
-from .limits import BatchLimits
+from .limits import BatchLimits, Refusal
+from .turns import Turns
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
-OPENNMT_KEYS = {"n_best": "nbest"}  # OpenNMT-py's option names that mean one of our decode keys
+SEARCH_THREADS = 16  # a model's search threads: more than the lanes of any sentence length (batching.py)
+# OpenNMT-py's translate options that mean one of our decode keys: its name -> ours, and its values -> ours
+OPENNMT_KEYS: dict[str, tuple[str, dict[str, Any]]] = {
+    "n_best": ("nbest", {}),
+    "min_length": ("min_len", {}),
+    "block_ngram_repeat": ("no_repeat_ngram", {}),
+    "ban_unk_token": ("no_unk", {}),
+    "length_penalty": ("length_penalty", {"wu": "gnmt", "avg": "average"}),
+    "coverage_penalty": ("coverage_penalty", {"none": 0.0}),  # its "wu" takes `beta`: ours is that beta
+}
+DECODE_KEYS = {key.name for key in dataclasses.fields(DecodeConfig)}
 
 
 @dataclass(frozen=True)
@@ -77,24 +97,49 @@ def _spec(entry: Any, where: str, base: Path) -> ModelSpec:
     opt = entry.get("opt", {})
     if not isinstance(opt, dict):
         raise UserError(f"{where}.opt: expected an object of decode keys")
-    decode = {OPENNMT_KEYS.get(key, key): value for key, value in opt.items() if key != "report_align"}
+    decode = _decode_keys({key: value for key, value in opt.items() if key != "report_align"}, where)
     name = entry.get("name", "")
     paths = [str(base / p) for p in paths]
     return ModelSpec(model_id, paths, decode, str(name), bool(opt.get("report_align", False)))
 
 
+def _decode_keys(opt: dict[str, Any], where: str) -> dict[str, Any]:
+    """`opt` as our decode keys: ours as they are, OpenNMT-py's read as ours (`OPENNMT_KEYS`), any other
+    ignored with one warning line naming them."""
+    decode, ignored = {}, []
+    for key, value in opt.items():
+        ours, values = OPENNMT_KEYS.get(key, (key, {}))
+        if ours not in DECODE_KEYS:
+            ignored.append(key)
+            continue
+        decode[ours] = values.get(value, value) if isinstance(value, str) else value
+    if ignored:
+        warn(f"serve: {where}.opt: {', '.join(ignored)}: not decode keys, ignored")
+    return decode
+
+
 class HostedModel:
-    """One hosted model: the loaded API model, its search thread and its micro-batcher."""
+    """One hosted model: the loaded API model, its search threads (which take turns on its cores,
+    serving/turns.py) and its micro-batcher."""
 
     def __init__(self, spec: ModelSpec, model: Model, limits: BatchLimits, mix_int8: bool = False) -> None:
         self.spec, self.model = spec, model
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{spec.id}")
+        self.started_in = Path.cwd()  # where the paths it shows are relative to
+        self.executor = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix=f"model-{spec.id}")
+        self.turns = Turns()
         mix = mix_int8 or model.decode.precision != "int8"
-        self.batcher: MicroBatcher[Found] = MicroBatcher(self._search, self.executor, limits, mix)
+        self.batcher: MicroBatcher[Found] = MicroBatcher(
+            self._search, self.executor, limits, mix, self.turns, self._width
+        )
 
     @property
     def id(self) -> int:
         return self.spec.id
+
+    @property
+    def attends(self) -> bool:
+        """Whether the model has attention to show (an RNNencdec has none)."""
+        return self.model.config.model.attends
 
     @property
     def name(self) -> str:
@@ -105,13 +150,34 @@ class HostedModel:
         return await self.batcher.submit(lines, (n, attention))
 
     async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
-        """Forced decoding of each pair, in the model's search thread (an ensemble refuses, as the API)."""
+        """Forced decoding of each pair, in a search thread, in one turn (an ensemble refuses, as the API)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self.model.score, list(sources), list(targets))
+        return await loop.run_in_executor(self.executor, self._score, list(sources), list(targets))
+
+    def _score(self, sources: list[str], targets: list[str]) -> list[Score]:
+        with self.turns.turn():
+            return self.model.score(sources, targets)
 
     def _search(self, lines: list[str], settings: Any) -> list[Found]:
         n, attention = settings
         return self.model.search(lines, n, attention)
+
+    def _width(self, settings: Any) -> int:
+        """The beam the search of `settings` runs: the model's, or wider for a longer n-best."""
+        n, _ = settings
+        return max(n, self.model.decode.beam_size)
+
+    def shown(self, value: Any) -> Any:
+        """`value` with each absolute path in it relative to where the server started, or its name when
+        it lies elsewhere (module docstring)."""
+        if isinstance(value, dict):
+            return {key: self.shown(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.shown(item) for item in value]
+        if not (isinstance(value, str) and os.path.isabs(value)):
+            return value
+        path = Path(value)
+        return str(path.relative_to(self.started_in)) if path.is_relative_to(self.started_in) else path.name
 
     def summary(self) -> dict[str, Any]:
         """What `/v1/models` lists of it."""
@@ -119,12 +185,12 @@ class HostedModel:
         return {
             "id": self.id,
             "name": self.name,
-            "models": self.spec.paths,
+            "models": self.shown(self.spec.paths),
             "ensemble": len(self.spec.paths) > 1,
             "beam_size": decode.beam_size,
             "precision": decode.precision,
             "lexical_shortlist": decode.lexical_shortlist,
-            "attention": self.model.config.model.attends,
+            "attention": self.attends,
         }
 
     def card(self) -> dict[str, Any]:
@@ -132,10 +198,10 @@ class HostedModel:
         report, its BLEU by length."""
         return {
             **self.summary(),
-            "checkpoints": [str(path) for path in self.model.checkpoints],
+            "checkpoints": self.shown([str(path) for path in self.model.checkpoints]),
             "parameters": self.model.parameters,
-            "config": to_dict(self.model.config),
-            "decode": to_dict(self.model.decode),
+            "config": self.shown(to_dict(self.model.config)),
+            "decode": self.shown(to_dict(self.model.decode)),
             "bleu_by_length": self.model.bleu_by_length,
         }
 
@@ -144,13 +210,22 @@ class HostedModel:
         return {
             "model_id": self.id,
             "opt": {**self.spec.decode, **({"report_align": True} if self.spec.report_align else {})},
-            "models": self.spec.paths,
+            "models": self.shown(self.spec.paths),
             "loaded": True,
             "timeout": -1,
         }
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
+
+
+def find(hosted: Mapping[int, HostedModel], model_id: int | None) -> HostedModel:
+    """The model hosted under `model_id` (None: the only one hosted); 404 when there is none."""
+    if model_id is None and len(hosted) == 1:
+        return next(iter(hosted.values()))
+    if model_id not in hosted:
+        raise Refusal(404, f"No such model '{model_id}' (the models: {', '.join(map(str, hosted))})")
+    return hosted[model_id]
 
 
 def host_models(
@@ -170,4 +245,9 @@ def host_models(
         except UserError as error:
             raise UserError(f"model {spec.id}: {error}") from None
         hosted[spec.id] = HostedModel(spec, model, limits or BatchLimits(), mix_int8)
+        if spec.report_align and not hosted[spec.id].attends:
+            raise UserError(
+                f"model {spec.id}: report_align: the model has no attention (model.attention: none), "
+                "so no word alignments"
+            )
     return hosted

@@ -1,9 +1,10 @@
-// The attention page: POST /v1/translate with attention, list the translations, draw the clicked one's
+// The attention page: POST /v1/translate with attention (when the model has it), list the translations, draw the clicked one's
 // attention as a table (source pieces across, target pieces down) and its n-best list. No libraries.
 // ?q=LINE (repeatable), &model=ID and &show=K translate on load and open translation K: a link to a sentence.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
+const attends = {}; // model id -> whether it has attention to show (RNNencdec has none)
 let results = [];
 
 function setStatus(text, isError = false) {
@@ -14,6 +15,7 @@ function setStatus(text, isError = false) {
 async function loadModels(wanted) {
   const models = await (await fetch("v1/models")).json();
   for (const m of models) {
+    attends[m.id] = m.attention;
     const option = new Option(`${m.id}: ${m.name}${m.attention ? "" : " (no attention)"}`, m.id);
     $("model").add(option);
   }
@@ -28,7 +30,7 @@ async function translate() {
     model: Number($("model").value),
     sentences,
     nbest: Number($("nbest").value) || 1,
-    attention: true,
+    attention: attends[$("model").value],
   };
   const started = performance.now();
   const response = await fetch("v1/translate", {
@@ -66,7 +68,8 @@ function show(index) {
     li.classList.toggle("selected", Number(li.dataset.index) === index);
   });
   $("detail").hidden = false;
-  $("heatmap").replaceChildren(result.attention ? heatmap(result.attention) : "(an empty line)");
+  const none = attends[$("model").value] ? "(an empty line)" : "(this model has no attention)";
+  $("heatmap").replaceChildren(result.attention ? heatmap(result.attention) : none);
   const nbest = $("nbest-list");
   nbest.replaceChildren();
   for (const candidate of result.candidates) {

@@ -1,0 +1,135 @@
+"""Running the application: the listening socket, and uvicorn serving the application on it with the
+guards uvicorn lacks.
+
+- The socket is bound before the models load, so a port that is taken is a one-line error at once (not
+  a failure after minutes of loading and a "serving on" line).
+- A connection must finish each request's headers within `header_timeout` seconds of opening or of its
+  previous answer, or it is closed (with a 408 if it had begun them): uvicorn closes a connection idle
+  after an answer (`keep_alive`), but not one that never sends a whole request, and such connections
+  would hold the server's file descriptors until it can accept no more. The body's timeout is the
+  application's (serving/middleware.py's `BodyGuard`).
+- At most `max_connections` are open: one more is answered 503 as soon as it opens and closed (uvicorn's
+  own limit answers only once a request has arrived, so it keeps silent connections open).
+- SIGTERM or Ctrl-C: the server stops accepting, closes the connections that wait between requests or
+  have not finished their headers, answers the bodies still arriving 503, and gives the searches in
+  flight the `grace` period (serving/app.py's `stop`): every request gets its translation or a JSON 503
+  within it, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..errors import UserError
+from .app import stop
+from .limits import ConnectionLimits
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port`, or a one-line error naming them."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a restart reuses it
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    return sock
+
+
+def raw_response(status: str, message: str | None = None) -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection, written before any request was read; with a
+    message, the body every refusal has (`{"error", "status"}`)."""
+    body = json.dumps({"error": message, "status": "error"}).encode() if message else b""
+    kind = b"content-type: application/json\r\n" if message else b""
+    head = f"HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: {len(body)}\r\n".encode()
+    return head + kind + b"\r\n" + body
+
+
+class GuardedProtocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for a request's headers and a cap on open connections
+    (module docstring)."""
+
+    def __init__(self, *args: Any, limits: ConnectionLimits, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = limits
+        self.headers_due: Any = None  # the timer that closes the connection if the headers are late
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        if len(self.connections) >= self.limits.max_connections:
+            self.transport = transport
+            most = self.limits.max_connections
+            transport.write(
+                raw_response("503 Service Unavailable", f"too many connections: at most {most} open")
+            )
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timer()
+        super().connection_lost(exc)
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a request's headers arrived
+            self._cancel_timer()
+
+    def on_response_complete(self) -> None:
+        self._await_headers()  # the next request's (first: an answer may start a pipelined request at once)
+        super().on_response_complete()
+
+    def _await_headers(self) -> None:
+        self._cancel_timer()
+        self.headers_due = self.loop.call_later(self.limits.header_timeout, self._headers_late)
+
+    def _cancel_timer(self) -> None:
+        if self.headers_due is not None:
+            self.headers_due.cancel()
+            self.headers_due = None
+
+    def _headers_late(self) -> None:
+        self.headers_due = None
+        if self.transport.is_closing():
+            return
+        begun, _ = self.conn.trailing_data  # the bytes of headers not yet whole
+        if begun:
+            self.transport.write(raw_response("408 Request Timeout"))
+        self.transport.close()
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, which tells the application to stop (serving/app.py's `stop`) before it waits
+    for the requests in flight."""
+
+    def __init__(self, config: uvicorn.Config, app: FastAPI, grace: float) -> None:
+        super().__init__(config)
+        self.app, self.grace = app, grace
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stop(self.app, self.grace)
+        await super().shutdown(sockets)
+
+
+def serve(app: FastAPI, sock: socket.socket, limits: ConnectionLimits) -> None:
+    """Serve `app` on `sock` until SIGTERM or Ctrl-C, then stop within `limits.grace` (module docstring)."""
+
+    def protocol(**kwargs: Any) -> GuardedProtocol:
+        return GuardedProtocol(limits=limits, **kwargs)
+
+    config = uvicorn.Config(
+        app,
+        http=protocol,  # type: ignore[arg-type]
+        log_level="warning",
+        timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=limits.grace,  # type: ignore[arg-type]
+    )
+    GracefulServer(config, app, limits.grace).run(sockets=[sock])
