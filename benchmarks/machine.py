@@ -2,8 +2,9 @@
 
 Speed on a CPU depends on its instruction sets far more than on its clock: the same bf16 update was 1.4x
 faster than fp32 on a CPU with AVX-512 BF16 and 1.4x slower on another. Every report therefore records the
-CPU model and its vector and matrix flags (what `lscpu` shows, read from /proc/cpuinfo), the kernels ATen
-picked (`torch.backends.cpu.get_cpu_capability()`), torch's version and its threads.
+CPU model, its family and model number and its vector and matrix flags (what `lscpu` shows, read from
+/proc/cpuinfo by the package's `provenance` module, which every file the product writes uses too), the
+kernels ATen picked (`torch.backends.cpu.get_cpu_capability()`), torch's version and each process' threads.
 
 A figure belongs to the code that made it: every report records the commit and whether the checkout had
 changes (tracked or untracked files), at the start and at the end of the run; a run started on a changed
@@ -20,21 +21,17 @@ import datetime
 import os
 import platform
 import resource
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seq2seq_attn.model import device
-from seq2seq_attn.model.device import CPUINFO
+from seq2seq_attn import provenance as package
+from seq2seq_attn.provenance import CPUINFO, REPOSITORY
 
 COMPETING_CORES = 0.5  # other processes keeping this many cores busy make a figure unreliable
-# the flags that decide which kernels run: vector widths, bf16/fp16/int8 dot products, matrix units
-ISA_FLAG_PREFIXES = ("avx", "amx", "fma", "f16c")
 PROC_STAT = Path("/proc/stat")
-REPOSITORY = Path(__file__).resolve().parent.parent
 SAMPLE_SECONDS = 5.0  # how often a LoadWatch reads the load average
 
 
@@ -47,10 +44,12 @@ def describe(device: str, threads: int) -> dict[str, Any]:
     """The machine as the reports print it; `threads`: what the processes were given (0: torch's default)."""
     import torch
 
-    model, flags = cpu_model_and_flags()
+    found = package.cpu()
     description: dict[str, Any] = {
-        "cpu": model,
-        "cpu_flags": flags,
+        "cpu": found.name,
+        "cpu_family": found.family,
+        "cpu_model": found.model,
+        "cpu_flags": found.speed_flags,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cores": len(os.sched_getaffinity(0)),
         "torch": torch.__version__,
@@ -71,13 +70,8 @@ def describe(device: str, threads: int) -> dict[str, Any]:
 
 def provenance(root: Path = REPOSITORY) -> dict[str, Any] | None:
     """The checkout's commit and whether any file differs from it (None outside a git checkout)."""
-    try:
-        git = lambda *args: subprocess.run(  # noqa: E731
-            ["git", *args], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    found = package.code(root)
+    return None if found["commit"] is None else {"commit": found["commit"], "dirty": found["changed"]}
 
 
 def provenance_warnings(machine: dict[str, Any], root: Path = REPOSITORY) -> list[str]:
@@ -99,19 +93,22 @@ def provenance_warnings(machine: dict[str, Any], root: Path = REPOSITORY) -> lis
 
 def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, list[str]]:
     """The CPU's model name and its instruction-set flags that matter for speed, sorted."""
-    model, flags = device.cpu_model_and_flags(cpuinfo)
-    return model, sorted(flag for flag in flags or () if flag.startswith(ISA_FLAG_PREFIXES))
+    found = package.cpu(cpuinfo)
+    return found.name, found.speed_flags
 
 
 def summary(machine: dict[str, Any]) -> str:
-    """One line: CPU model, cores, ISA flags, ATen's kernels, torch and its threads."""
+    """One line: CPU model (family and model number), cores, ISA flags, ATen's kernels, torch and the
+    threads of each process."""
     flags = " ".join(machine.get("cpu_flags") or []) or "unknown"
     capability = machine.get("cpu_capability", "unknown")
     limits = " ".join(f"{name}={value}" for name, value in machine.get("isa_limits", {}).items())
     code = machine.get("provenance")
+    family = machine.get("cpu_family")
+    number = f" (family {family}, model {machine.get('cpu_model')})" if family else ""
     return (
-        f"{machine['cpu']}, {machine['cores']} cores; flags: {flags}; ATen kernels {capability}; "
-        f"torch {machine['torch']} ({machine['torch_threads']} threads)"
+        f"{machine['cpu']}{number}, {machine['cores']} cores; flags: {flags}; ATen kernels {capability}; "
+        f"torch {machine['torch']} ({machine['torch_threads']} threads per process)"
         + (f"; instruction sets limited by {limits}" if limits else "")
         + (f"; commit {code['commit'][:10]}{' with changes' if code['dirty'] else ''}" if code else "")
     )

@@ -44,7 +44,7 @@ def test_the_top_level_is_the_foundation_the_api_and_one_folder_per_stage():
         "training",
         "vocab",
     ]
-    assert len(entries) <= 16
+    assert len(entries) <= 17
     for folder in folders:  # each folder is one layer of the code map
         assert len({LAYERS[m] for m in LAYERS if m.startswith(f"{folder}/")}) == 1
     for init in package.glob("*/**/__init__.py"):  # each package says its job first thing, in a dozen modules

@@ -307,7 +307,7 @@ def test_the_report_names_the_cpu_its_flags_and_torch_and_warns_of_competing_loa
     text = report.markdown({"cpu synthetic": report.summarise(_result())})
     assert (
         "- machine: AMD EPYC, 2 cores; flags: avx avx2 avx512_bf16 avx512f fma; ATen kernels AVX512; "
-        "torch 2.13.0 (2 threads)" in text
+        "torch 2.13.0 (2 threads per process)" in text
     )
     assert "- load: 1-minute load average 0.10 before the run, not measured during it" in text
     assert "- **warning**: other processes kept 1.20 cores busy during ours training, repetition 2" in text

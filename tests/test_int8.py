@@ -25,6 +25,7 @@ from seq2seq_attn.decoding.int8 import Int8Linear, Int8Weight, quantized
 from seq2seq_attn.decoding.search import pad_sources
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.model.recurrent import RecurrentStack
+from seq2seq_attn.provenance import Cpu
 
 
 def test_int8_products_keep_each_rows_precision() -> None:
@@ -78,12 +79,12 @@ def test_int8_is_cpu_only_and_warns_where_the_cpu_lacks_its_kernels(monkeypatch,
     with pytest.raises(UserError, match="decode.precision int8 runs on the CPU only"):
         int8.search_copy(random_model(), "cuda", "decode.precision")
     int8._warn_slow_int8.cache_clear()
-    monkeypatch.setattr(int8, "cpu_model_and_flags", lambda: ("Old CPU", frozenset({"sse2", "avx"})))
+    monkeypatch.setattr(int8, "cpu", lambda: Cpu("Old CPU", "6", "1", frozenset({"sse2", "avx"})))
     int8.search_copy(random_model(), "cpu", "--precision")
     int8.search_copy(random_model(), "cpu", "--precision")
     assert capsys.readouterr().err.count("precision int8 on a CPU without AVX2") == 1
     int8._warn_slow_int8.cache_clear()
-    monkeypatch.setattr(int8, "cpu_model_and_flags", lambda: ("New CPU", frozenset({"avx", "avx2"})))
+    monkeypatch.setattr(int8, "cpu", lambda: Cpu("New CPU", "6", "2", frozenset({"avx", "avx2"})))
     int8.search_copy(random_model(), "cpu", "--precision")
     assert capsys.readouterr().err == ""
 

@@ -25,8 +25,8 @@ from torch import Tensor, nn
 
 from ..console import warn
 from ..errors import UserError
-from ..model.device import cpu_model_and_flags
 from ..model.recurrent import LayerWeights, RecurrentStack
+from ..provenance import cpu
 
 INT8_MAX = 127
 # The SIMD instructions fbgemm's int8 kernels are written for; without them its products fall back to
@@ -103,7 +103,7 @@ def search_copy(model: nn.Module, device: torch.device | str, option: str) -> nn
     one-line error on a GPU, and a warning where the CPU lacks the kernels' instructions."""
     if torch.device(device).type != "cpu":
         raise UserError(f"{option} int8 runs on the CPU only: use bf16 or fp32 on {device}")
-    flags = cpu_model_and_flags()[1]
+    flags = cpu().flags
     if flags is not None and flags.isdisjoint(INT8_CPU_FLAGS):
         _warn_slow_int8()
     return quantized(model)

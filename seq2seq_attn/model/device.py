@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import platform
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,11 +17,11 @@ import torch
 
 from ..console import warn
 from ..errors import UserError
+from ..provenance import CPUINFO, cpu
 
 # CPU instructions that multiply bf16 natively; without them bf16 products are emulated, many times slower
 # than fp32 (docs/performance.md).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-CPUINFO = Path("/proc/cpuinfo")
 
 
 def resolve_device(choice: str, option: str, index: int = 0) -> torch.device:
@@ -68,30 +67,11 @@ def _warn_cpu_tf32() -> None:
     warn("precision tf32 on a CPU: TF32 is a GPU format (Ampere and newer); this runs fp32")
 
 
-def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, frozenset[str] | None]:
-    """The CPU's model name and instruction-set flags, as `lscpu` shows them (from /proc/cpuinfo); the
-    flags are None where they cannot be read (not Linux)."""
-    model = platform.processor() or "unknown"
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return model, None
-    flags: frozenset[str] = frozenset()
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "model name":
-            model = value.strip()
-        elif key.strip() == "flags":
-            flags = frozenset(value.split())
-            break
-    return model, flags
-
-
 @functools.cache
 def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
     """Whether the CPU has native bf16 products (AVX-512 BF16 or AMX); True where its flags cannot be
     read, so that nothing is claimed about a CPU not looked at."""
-    flags = cpu_model_and_flags(cpuinfo)[1]
+    flags = cpu(cpuinfo).flags
     return flags is None or not flags.isdisjoint(BF16_CPU_FLAGS)
 
 

@@ -28,6 +28,7 @@ from .model_folder import (
     is_model_folder,
 )
 from .run_folder import (
+    PROVENANCE,
     VOCAB_DIR,
     averaged_weights,
     checkpoint_payload,
@@ -76,6 +77,8 @@ def export_run(
         vocab.copy_to(staging / VOCAB_DIR)
         if table is not None:
             shutil.copyfile(table, staging / TABLE_FILE)
+        if (run_dir / PROVENANCE).is_file():  # what trained it, for the reports that use the folder
+            shutil.copyfile(run_dir / PROVENANCE, staging / PROVENANCE)
         if evaluation is not None:
             copy_evaluation(evaluation, staging)
         card = model_card(config, model, vocab, source, evaluation, table is not None, repo_id)

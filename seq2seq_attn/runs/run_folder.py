@@ -7,6 +7,8 @@ Layout (`runs/<name>/`):
     checkpoints/best.pt    a symbolic link to the best one
     metrics.jsonl          every logged value, one JSON object per line
     train.log              the log lines
+    provenance.json        what trained it: code, machine, torch, threads, GPU; one entry per sitting
+                           (the first start and every resume), with the step it started from
 
 `--model` (and `load_trained`) names either a run folder, meaning its `best.pt` (else `latest.pt`), or a
 checkpoint file inside a run's `checkpoints/`. Readers take no lock: a training run may prune a step-N.pt
@@ -26,8 +28,9 @@ from torch import nn
 from .. import console
 from ..config import Config, from_dict
 from ..errors import UserError
-from ..io import TEMP_SUFFIX, fsync_dir
+from ..io import TEMP_SUFFIX, fsync_dir, read_json, write_json
 from ..model import build_model
+from ..provenance import describe
 from ..vocab.pieces import Vocab
 from .average import average_checkpoints
 from .checkpoint import CheckpointNotFound, load_checkpoint, save_checkpoint
@@ -36,11 +39,25 @@ CHECKPOINT_DIR = "checkpoints"
 VOCAB_DIR = "vocab"  # the run's own copy of its sentencepiece models
 LATEST = "latest.pt"
 BEST = "best.pt"
+PROVENANCE = "provenance.json"
 RELIST_ATTEMPTS = 5  # listings of a run's checkpoints, when a training run prunes one while we load it
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR
+
+
+def record_sitting(run_dir: Path, device: str | torch.device, step: int) -> None:
+    """Add this sitting of training (from `step`, on `device`) to the run's provenance.json."""
+    sittings = run_provenance(run_dir) or []
+    write_json(run_dir / PROVENANCE, [*sittings, {"from_step": step, **describe(str(device))}])
+
+
+def run_provenance(run_dir: Path) -> list[dict[str, Any]] | None:
+    """The sittings that trained a run (`record_sitting`), oldest first; None for a run folder written
+    before runs recorded them, or an exported model folder."""
+    path = Path(run_dir) / PROVENANCE
+    return read_json(path) if path.is_file() else None
 
 
 def resolve_checkpoint(path: str | Path, which: str = BEST) -> Path:

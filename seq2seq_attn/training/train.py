@@ -31,7 +31,7 @@ from ..io import TEMP_SUFFIX, exclusive, write_text
 from ..model import Seq2Seq, build_model
 from ..model.device import resolve_device, tf32_products, uses_bf16, uses_tf32
 from ..runs.checkpoint import save_checkpoint
-from ..runs.run_folder import BEST, LATEST, VOCAB_DIR, checkpoint_dir, save_validated
+from ..runs.run_folder import BEST, LATEST, VOCAB_DIR, checkpoint_dir, record_sitting, save_validated
 from ..vocab.cache import build_cache, load_cache
 from ..vocab.pieces import Vocab, build_vocab, vocab_dir
 from . import distributed
@@ -77,6 +77,7 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
     progress = Progress() if state is None else restore(state, model, optimizer, schedule, stream, ranks)
     if ranks.is_main:
         _init_run_dir(run_dir, config, vocab, progress.step)
+        record_sitting(run_dir, device, progress.step)
         ddp = ranks.is_distributed and f", DDP with world size {ranks.world_size} ({distributed.backend()})"
         console.info(
             f"{'resuming' if state else 'training'} {run_dir} at step {progress.step} on {device}"

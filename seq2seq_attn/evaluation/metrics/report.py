@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...provenance import summary
 from .diagnostics import DIAGNOSTICS
 
 
@@ -244,6 +245,23 @@ def notes(report: dict[str, Any]) -> list[str]:
         )
     if any(row["few"] for system in report["systems"] for row in system["rows"]):
         lines.append(f"* fewer than {report['min_bucket_size']} sentences: unreliable.")
+    return lines + provenance_notes(report.get("provenance"))
+
+
+def provenance_notes(found: dict[str, Any] | None) -> list[str]:
+    """What made the report (`provenance.describe`) and, for each trained run, every sitting that trained
+    it (the run folder's provenance.json)."""
+    if found is None:
+        return []
+    lines = [f"Evaluated with {summary(found['evaluated'])}."]
+    for label, runs in found["runs"].items():
+        for run, sittings in runs.items():
+            if not sittings:
+                lines.append(f"{label} ({run}): trained before run folders recorded what trained them.")
+            for sitting in sittings or []:
+                lines.append(
+                    f"{label} ({run}), trained from step {sitting['from_step']} with {summary(sitting)}."
+                )
     return lines
 
 

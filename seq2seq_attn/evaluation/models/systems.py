@@ -21,6 +21,7 @@ from ...console import info
 from ...data import moses
 from ...errors import UserError, setting
 from ...io import read_json, write_text
+from ...provenance import describe
 from ...runs.hub import hub_model
 from ..metrics.by_length import Subset, TokenisedBleu, comparison_pairs, evaluate, shortlist_subset
 from ..metrics.diagnostics import SentenceAttention
@@ -62,6 +63,7 @@ class TranslatedRun:
     system: System
     translator: Translator
     config: Config
+    trained: dict[str, Any] = field(default_factory=dict)  # each run's sittings (run_folder.run_provenance)
 
     @property
     def vocab(self) -> Vocab:
@@ -115,6 +117,7 @@ def translate_run(
     first run's) changed by `decode` (key -> value, `eval --set decode.KEY=VALUE`), and keep the
     hypotheses file. Says how many sources were cut to `decode.max_src_tokens` pieces."""
     from ...decoding.loader import load_runs
+    from ...runs.run_folder import run_provenance
 
     loaded = load_runs(runs, device)
     translator = loaded.translator(decode)
@@ -129,7 +132,8 @@ def translate_run(
     info(f"eval: translated {len(sources)} lines with {' + '.join(map(str, runs))} -> {hyp_path}")
     attention = [sentence_attention(translator, t) for t in translations]
     system = System(label, hypotheses, str(hyp_path), attention if loaded_attends(loaded) else None, cut)
-    return TranslatedRun(system, translator, loaded.configs[0])
+    trained = {str(run): run_provenance(folder) for run, folder in zip(runs, loaded.run_dirs, strict=True)}
+    return TranslatedRun(system, translator, loaded.configs[0], trained)
 
 
 def loaded_attends(loaded: Runs) -> bool:
@@ -231,7 +235,16 @@ def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
         subsets=subsets,
         tokenised=tokenised_bleus(config),
     )
+    report["provenance"] = {
+        "evaluated": describe(str(translated_device(translated))),
+        "runs": {run.system.label: run.trained for run in translated},
+    }
     return Evaluation(report, systems, references, sources, translated)
+
+
+def translated_device(translated: Sequence[TranslatedRun]) -> torch.device | str:
+    """Where the runs translated (the CPU when only hypotheses files are scored)."""
+    return translated[0].translator.device if translated else "cpu"
 
 
 def translate_runs(request: Request, sources: list[str] | None) -> list[TranslatedRun]:
