@@ -455,7 +455,7 @@ def decode(
     }
     if decoded.returncode or not hyp.is_file():
         return {**figures, "error": f"decoding failed (exit {decoded.returncode}), see {decoded.log}"}
-    output = toolkit.output(hyp, decoded, len(refs))
+    output = toolkit.output(hyp, decoded)
     if len(output.texts) != len(refs):
         return {**figures, "error": f"decoding gave {len(output.texts)} lines for {len(refs)}: {hyp}"}
     if not output.seconds:

@@ -10,8 +10,8 @@ toolkit: after the warm-up, up to where the shortest run's log ends (`common_win
 
 Decoding time, excluding start-up and model loading:
     ours        "Decoding took 1.2345 s for 1000 sentences and 23456 target tokens" (ours_decode.py)
-    OpenNMT-py  "Average translation time (ms): 12.3" times the sentences ("Total translation time (s)"
-                has one decimal only)
+    OpenNMT-py  "Decoding took 1.2345 s for 1000 sentences", printed by launcher/opennmt_translate.py
+                around the span its own report times (its report rounds to 0.1 s and 0.1 ms a sentence)
     JoeyNMT     "Generation took 12.3456[sec]."
 
 The arithmetic of a search, counted after it by ours_decode.py and launcher/opennmt_translate.py alike:
@@ -37,9 +37,7 @@ _PARAMS = {
     OPENNMT: re.compile(r"\* number of parameters: (\d+)"),
     JOEYNMT: re.compile(r"Total params: (\d+)"),
 }
-_OURS_DECODE = re.compile(r"Decoding took ([\d.]+) s for (\d+) sentences and (\d+) target tokens")
-_OPENNMT_AVERAGE_MS = re.compile(r"Average translation time \(ms\): ([\d.]+)")
-_OPENNMT_TOTAL_S = re.compile(r"Total translation time \(s\): ([\d.]+)")
+_DECODE = re.compile(r"Decoding took ([\d.]+) s for (\d+) sentences(?: and (\d+) target tokens)?")
 _JOEYNMT_DECODE = re.compile(r"Generation took ([\d.]+)\[sec\]")
 _MULTIPLY_ADDS = re.compile(r"^Multiply-adds: ([\d.]+) per output piece", re.M)
 
@@ -93,18 +91,9 @@ def parameters(toolkit: str, text: str) -> int | None:
     return int(match.group(1).replace(",", "")) if match else None
 
 
-def decode_seconds(toolkit: str, text: str, sentences: int) -> float | None:
-    """Seconds spent decoding `sentences` sentences, as the toolkit's log reports it."""
-    if toolkit == OURS:
-        match = _OURS_DECODE.search(text)
-        return float(match.group(1)) if match else None
-    if toolkit == OPENNMT:
-        match = _OPENNMT_AVERAGE_MS.search(text)
-        if match:
-            return float(match.group(1)) * sentences / 1000
-        match = _OPENNMT_TOTAL_S.search(text)
-        return float(match.group(1)) if match else None
-    match = _JOEYNMT_DECODE.search(text)
+def decode_seconds(toolkit: str, text: str) -> float | None:
+    """Seconds spent decoding the test set, as the decoding log reports it."""
+    match = (_JOEYNMT_DECODE if toolkit == JOEYNMT else _DECODE).search(text)
     return float(match.group(1)) if match else None
 
 
@@ -116,8 +105,8 @@ def multiply_adds(text: str) -> float | None:
 
 def ours_decoded_tokens(text: str) -> int | None:
     """Target tokens our decoder generated (EOS excluded), from its report line."""
-    match = _OURS_DECODE.search(text)
-    return int(match.group(3)) if match else None
+    match = _DECODE.search(text)
+    return int(match.group(3)) if match and match.group(3) else None
 
 
 _VOCAB_TRAINED = re.compile(r"^vocabulary .*\(([\d.]+) s\)$", re.M)

@@ -258,7 +258,7 @@ class Toolkit:
         OpenNMT-py then count the multiply-adds of the first batch again, untimed (`Output`)."""
         raise NotImplementedError
 
-    def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
+    def output(self, hyp: Path, measured: Measured) -> Output:
         raise NotImplementedError
 
 
@@ -352,9 +352,9 @@ class Ours(Toolkit):
         argv = launched(sys.executable, [str(OURS_DECODE), *_flat(options), "--count-macs", *shortlist])
         return Job(argv, hyp.with_suffix(".log"))
 
-    def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
+    def output(self, hyp: Path, measured: Measured) -> Output:
         text = measured.text()
-        tokens, seconds = logs.ours_decoded_tokens(text), logs.decode_seconds(self.key, text, sentences)
+        tokens, seconds = logs.ours_decoded_tokens(text), logs.decode_seconds(self.key, text)
         return Output(list(read_lines(hyp)), tokens or 0, seconds, logs.multiply_adds(text))
 
 
@@ -414,10 +414,10 @@ class Peer(Toolkit):
         write_text(path, fill(TEMPLATES / self.template, {**common, **values}))
         return path
 
-    def output(self, hyp: Path, measured: Measured, sentences: int) -> Output:
+    def output(self, hyp: Path, measured: Measured) -> Output:
         lines, text = list(read_lines(hyp)), measured.text()
         tokens = sum(len(line.split()) for line in lines)
-        seconds = logs.decode_seconds(self.log_format or self.key, text, sentences)
+        seconds = logs.decode_seconds(self.log_format or self.key, text)
         return Output([self.pieces.decode(line) for line in lines], tokens, seconds, logs.multiply_adds(text))
 
 

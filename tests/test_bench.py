@@ -134,20 +134,74 @@ def test_the_window_is_the_same_updates_for_every_run_cut_where_the_shortest_log
 @pytest.mark.parametrize(
     ("toolkit", "text", "seconds"),
     [
-        (
+        (  # its own report rounds; the launcher's line is read, in full
             logs.OPENNMT,
-            "Total translation time (s): 12.3\nAverage translation time (ms): 12.5\nTokens per second: 20.1",
-            12.5,
+            "Total translation time (s): 2.5\nAverage translation time (ms): 2.5\n"
+            "Tokens per second: 20.1\nDecoding took 2.5123 s for 1000 sentences",
+            2.5123,
         ),
-        (logs.OPENNMT, "Total translation time (s): 12.3", 12.3),
+        (logs.OPENNMT, "Total translation time (s): 2.5\nAverage translation time (ms): 2.5", None),
         (logs.JOEYNMT, "2026-11-21 - INFO - joeynmt.prediction - Generation took 3.2500[sec].", 3.25),
         (logs.OURS, "Decoding took 1.5000 s for 1000 sentences and 21000 target tokens", 1.5),
         (logs.JOEYNMT, "Traceback (most recent call last):", None),
     ],
 )
 def test_decoding_time_from_each_toolkits_log(toolkit, text, seconds):
-    found = logs.decode_seconds(toolkit, text, sentences=1000)
+    found = logs.decode_seconds(toolkit, text)
     assert found == (None if seconds is None else pytest.approx(seconds))
+
+
+# A stand-in for the three OpenNMT-py 3.5.1 modules launcher/opennmt_translate.py hooks, each with the
+# names and call order it has there: main() builds the engine, whose translator's _translate does the work.
+_FAKE_ONMT = {
+    "onmt/__init__.py": "",
+    "onmt/bin/__init__.py": "",
+    "onmt/translate/__init__.py": "",
+    "onmt/model_builder.py": (
+        "import torch\n\ndef load_test_model(opt):\n    return None, torch.nn.Linear(4, 4), None\n"
+    ),
+    "onmt/translate/translator.py": (
+        "import time\nimport torch\n\nclass Inference:\n    def __init__(self, model):\n"
+        "        self.model, self.report_time, self.out_file = model, True, None\n"
+        "    def _translate(self, lines):\n        time.sleep(0.05)\n"
+        "        predictions = [[str(self.model(torch.ones(1, 4)).shape[1]) + ' x'] for _ in lines]\n"
+        "        if self.report_time:\n            print('Total translation time (s): 0.1')\n"
+        "        return [[0.0]] * len(lines), predictions\n"
+    ),
+    "onmt/inference_engine.py": (
+        "import types\nimport onmt.model_builder\nfrom onmt.translate.translator import Inference\n\n"
+        "class InferenceEnginePY:\n    def __init__(self, src):\n"
+        "        self.opt = types.SimpleNamespace(src=src)\n"
+        "        self.translator = Inference(onmt.model_builder.load_test_model(self.opt)[1])\n"
+        "    def infer_file(self):\n"
+        "        return self.infer_list(open(self.opt.src, encoding='utf-8').read().splitlines())\n"
+        "    def infer_list(self, lines):\n        return self.translator._translate(lines)\n"
+    ),
+    "onmt/bin/translate.py": (
+        "import sys\nfrom onmt.inference_engine import InferenceEnginePY\n\n"
+        "def main():\n    InferenceEnginePY(sys.argv[1]).infer_file()\n"
+    ),
+}
+
+
+def test_the_opennmt_launcher_times_its_translation_in_full_once_and_not_its_multiply_add_count(tmp_path):
+    for name, text in _FAKE_ONMT.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    src = tmp_path / "test.src"
+    src.write_text("a b\nc d e\nf\n", encoding="utf-8")
+    launcher = ROOT / "benchmarks/launcher"
+    argv = [str(launcher / "launch.py"), str(launcher / "opennmt_translate.py"), "--count-macs", str(src)]
+    out = subprocess.run(
+        [sys.executable, *argv],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert re.findall(r"Decoding took \d+\.\d{4} s for 3 sentences", out) == [out.split("\n")[1]]
+    assert logs.decode_seconds(logs.OPENNMT, out) >= 0.05  # the 0.05 s the stand-in sleeps, not its 0.1
+    assert logs.multiply_adds(out) == 16 * 3 / 6  # three 4x4 products over six output pieces
 
 
 def test_our_decoded_tokens_and_vocabulary_timings():
