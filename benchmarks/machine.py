@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from seq2seq_attn import provenance as package
-from seq2seq_attn.provenance import CPUINFO, REPOSITORY
+from seq2seq_attn.provenance import REPOSITORY
 
 COMPETING_CORES = 0.5  # other processes keeping this many cores busy make a figure unreliable
 PROC_STAT = Path("/proc/stat")
@@ -44,27 +44,16 @@ def describe(device: str, threads: int) -> dict[str, Any]:
     """The machine as the reports print it; `threads`: what the processes were given (0: torch's default)."""
     import torch
 
-    found = package.cpu()
     description: dict[str, Any] = {
-        "cpu": found.name,
-        "cpu_family": found.family,
-        "cpu_model": found.model,
-        "cpu_flags": found.speed_flags,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        **package.machine(device),
         "cores": len(os.sched_getaffinity(0)),
-        "torch": torch.__version__,
         "torch_threads": threads or torch.get_num_threads(),
-        "python": platform.python_version(),
         "os": f"{platform.system()} {platform.release()}",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": device,
         "load_before": round(os.getloadavg()[0], 2),
         "isa_limits": {name: os.environ[name] for name in ISA_LIMITS if os.environ.get(name)},
         "provenance": provenance(),
     }
-    if device == "cuda":
-        description["gpu"] = torch.cuda.get_device_name(0)
-        description["cuda"] = torch.version.cuda
     return description
 
 
@@ -89,12 +78,6 @@ def provenance_warnings(machine: dict[str, Any], root: Path = REPOSITORY) -> lis
     elif end["dirty"] and not start["dirty"]:
         warnings.append("files of the checkout changed while it ran")
     return warnings
-
-
-def cpu_model_and_flags(cpuinfo: Path = CPUINFO) -> tuple[str, list[str]]:
-    """The CPU's model name and its instruction-set flags that matter for speed, sorted."""
-    found = package.cpu(cpuinfo)
-    return found.name, found.speed_flags
 
 
 def summary(machine: dict[str, Any]) -> str:

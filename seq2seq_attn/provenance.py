@@ -66,45 +66,53 @@ def cpu(cpuinfo: Path = CPUINFO) -> Cpu:
 def code(root: Path = REPOSITORY) -> dict[str, Any]:
     """The package's version and, from a git checkout, its commit and whether any file differs from it
     (`changed`); elsewhere the commit is None and `note` says so."""
+    unknown = {"version": __version__, "commit": None, "changed": None, "note": UNKNOWN_COMMIT}
     if not (root / ".git").exists():  # an installed package, not a checkout
-        return {"version": __version__, "commit": None, "changed": None, "note": UNKNOWN_COMMIT}
-    try:
-        git = lambda *args: subprocess.run(  # noqa: E731
+        return unknown
+
+    def git(*args: str) -> str:
+        return subprocess.run(
             ["git", *args], cwd=root, capture_output=True, text=True, check=True, timeout=30
         ).stdout.strip()
+
+    try:
         return {
             "version": __version__,
             "commit": git("rev-parse", "HEAD"),
             "changed": bool(git("status", "--porcelain")),
         }
     except (OSError, subprocess.SubprocessError):
-        return {"version": __version__, "commit": None, "changed": None, "note": UNKNOWN_COMMIT}
+        return unknown
 
 
-def describe(device: str = "cpu") -> dict[str, Any]:
-    """The code and machine of a result computed now on `device` ("cpu", "cuda", "cuda:1"), with torch
-    and the threads of this process. No clock time: a report made twice from the same inputs is the same
-    file."""
+def machine(device: str = "cpu") -> dict[str, Any]:
+    """The machine a result is computed on now: the CPU (name, family, model, the flags that decide the
+    kernels), ATen's kernels, torch and python, and the GPU where `device` is one ("cuda", "cuda:1")."""
     import torch
 
     found = cpu()
     record: dict[str, Any] = {
-        "code": code(),
         "cpu": found.name,
         "cpu_family": found.family,
         "cpu_model": found.model,
         "cpu_flags": found.speed_flags,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),
     }
     if str(device).startswith("cuda"):
-        index = torch.device(device).index or 0
-        record["gpu"] = torch.cuda.get_device_name(index)
+        record["gpu"] = torch.cuda.get_device_name(torch.device(device).index or 0)
         record["cuda"] = torch.version.cuda
     return record
+
+
+def describe(device: str = "cpu") -> dict[str, Any]:
+    """The code and machine of a result computed now on `device`, with the threads of this process. No
+    clock time: a report made twice from the same inputs is the same file."""
+    import torch
+
+    return {"code": code(), **machine(device), "threads": torch.get_num_threads()}
 
 
 def summary(record: dict[str, Any]) -> str:

@@ -60,6 +60,7 @@ from benchmarks.toolkits import (
     fill,
     matched_recipe,
 )
+from seq2seq_attn import provenance
 from seq2seq_attn.config import load_config
 from seq2seq_attn.serving.limits import Limits, Refusal, check_sentences, check_work
 from seq2seq_attn.training.optim import build_optimizer
@@ -435,7 +436,8 @@ def test_cpu_model_and_flags_come_from_cpuinfo(tmp_path):
         "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum\nflags\t\t: fpu\n",
         encoding="utf-8",
     )
-    assert machine.cpu_model_and_flags(cpuinfo) == (
+    found = provenance.cpu(cpuinfo)
+    assert (found.name, found.speed_flags) == (
         "Intel(R) Xeon(R) Platinum",
         ["amx_tile", "avx2", "avx512_bf16", "avx512f", "avx_vnni", "f16c", "fma"],
     )
