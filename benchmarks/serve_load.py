@@ -5,10 +5,20 @@ concurrency level: C clients, each sending one test sentence per request through
 `POST /translator/translate` (the route both servers answer, so the clients are the same) until
 `--requests` answers or `--seconds` have passed. Reported per level: requests/s, p50/p95/p99 latency,
 errors, and per system the mean output length in words (equal beams write different lengths when the
-models differ: throughput follows length) and the server's peak resident memory (VmHWM).
+models differ: throughput follows length) and the server's peak resident memory (VmHWM). With
+`--references`, each server also answers the first `--bleu-sentences` sentences once each, and its answers
+are scored with sacreBLEU against their references: the speed of a server says little without the quality
+of what it answers. The load is measured `--repeats` times, each repeat a fresh start of every server in
+turn (so that a slow minute of the machine falls on all of them); the table gives the medians, requests/s
+with their [min, max]. What each server loaded (architecture, widths, vocabularies, parameters) is recorded
+beside its figures, so the comparison says whether the models match.
 
     python -m benchmarks.serve_load --ours runs/enfr --opennmt-model M.pt --opennmt-sp-src S.model \
-        --opennmt-sp-tgt T.model --sentences test.en --doc benchmarks/results/serve_load.md
+        --opennmt-sp-tgt T.model --sentences test.en --references test.fr \
+        --doc benchmarks/results/serve_load.md
+
+The report says why the two differ under load (ONE_REQUEST_AT_A_TIME): checked in OpenNMT-py 3.5.1's
+wheel, `ServerModel.run` is wrapped in `critical`, which holds a `threading.Semaphore(value=1)`.
 
 `--mixed` measures ours alone under a mixed load instead: at each concurrency level the C clients send one
 sentence per request, first by themselves, then beside one heavy client that sends, over and over, the
@@ -52,17 +62,26 @@ from typing import Any
 
 import httpx
 
+from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
 from seq2seq_attn.io import read_lines, write_json, write_text
 from seq2seq_attn.serving.limits import ConnectionLimits, Limits
 
 from .machine import describe, load_warning, provenance_warnings, summary
-from .report import map_strings
+from .report import map_strings, medians, ranges
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = f"python -m {__spec__.name}"
 ROUTE = "/translator/translate"
+OPENNMT_LABEL = "OpenNMT-py 3.5.1"
 OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
+ONE_REQUEST_AT_A_TIME = (
+    "OpenNMT-py's server translates one request at a time (`ServerModel.run` holds a lock of one, "
+    "onmt/translate/translation_server.py), whatever the load; `seq2seq serve` searches the sentences of "
+    "requests that arrive together as one batch: its lead under load is that micro-batching."
+)
+LEVEL_FIGURES = ["requests_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_output_words"]  # medians over repeats
+BLEU_CLIENTS = 8  # the clients that send the BLEU sentences (once each; not timed)
 HEAVY_IN_FLIGHT = 8  # `--guards`: the largest requests being searched when SIGTERM comes
 SEARCHING_SECONDS = 2.0  # `--guards`: how long they are searched before it comes
 # the report is committed: a path outside the repository shows as its placeholder, not as this machine's path
@@ -72,11 +91,22 @@ PLACEHOLDERS = {
     "--opennmt-sp-src": "SRC_SPM",
     "--opennmt-sp-tgt": "TGT_SPM",
     "--sentences": "TEST_SOURCES",
+    "--references": "TEST_REFERENCES",
     "--cache": "CACHE",
     "--out": "OUT",
     "--record": "FIXTURE",
     "--doc": "DOC",
 }
+
+
+@dataclass
+class Served:
+    """One system of the comparison: how to start its server on a port, and what it loads."""
+
+    label: str
+    command: Callable[[int], list[str]]
+    env: dict[str, str]
+    model: dict[str, Any]
 
 
 @dataclass
@@ -253,6 +283,36 @@ async def load(
     return level
 
 
+async def answer_each(url: str, sentences: list[str], clients: int = BLEU_CLIENTS) -> list[str]:
+    """Each sentence sent once, one per request, by `clients` clients: the best translation of each, in
+    order (not timed: these answers are scored, not clocked)."""
+    answers = [""] * len(sentences)
+    indices = iter(range(len(sentences)))  # shared: each sentence taken by one client
+
+    async def client(http: httpx.AsyncClient) -> None:
+        for index in indices:
+            answer = await http.post(f"{url}{ROUTE}", json=[{"src": sentences[index], "id": 100}])
+            answer.raise_for_status()
+            answers[index] = answer.json()[0][0]["tgt"]
+
+    async with httpx.AsyncClient(timeout=600) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    return answers
+
+
+def answers_bleu(server: Server, sentences: list[str], references: list[str]) -> dict[str, Any]:
+    """sacreBLEU of the server's answers to `sentences` against `references` (the package's BLEU), with
+    the answers, so that anyone can score them again."""
+    metric = bleu_metric(references)
+    answers = asyncio.run(answer_each(server.url, sentences))
+    return {
+        "sentences": len(sentences),
+        "bleu": round(metric.corpus_score(answers, None).score, 2),
+        "signature": str(metric.get_signature()),
+        "answers": answers,
+    }
+
+
 def percentile(latencies: list[float], q: int) -> float | None:
     """The q-th percentile of latencies in seconds, in milliseconds (the sample at that rank)."""
     ordered = sorted(latencies)
@@ -260,16 +320,85 @@ def percentile(latencies: list[float], q: int) -> float | None:
 
 
 def measure(server: Server, sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """One repeat: every concurrency level, after a warm-up."""
     asyncio.run(load(server.url, sentences[: args.warmup], 1, args.warmup, args.seconds))  # warm caches
     levels = [asyncio.run(load(server.url, sentences, c, args.requests, args.seconds)) for c in args.clients]
+    return {"levels": levels, "peak_rss_mib": server.peak_rss_mib()}
+
+
+def summarise(served: Served, repeats: list[dict[str, Any]], bleu: dict[str, Any] | None) -> dict[str, Any]:
+    """A system's figures over its repeats: per level the medians, requests/s with its [min, max]."""
+    levels = []
+    for index, clients in enumerate(level["clients"] for level in repeats[0]["levels"]):
+        runs = [repeat["levels"][index] for repeat in repeats]
+        level = {
+            "clients": clients,
+            **medians(runs, LEVEL_FIGURES),
+            "errors": sum(run["errors"] for run in runs),
+        }
+        level["requests_per_s_range"] = ranges(runs, ["requests_per_s"]).get("requests_per_s")
+        levels.append(level)
     words = [level["mean_output_words"] for level in levels if level["mean_output_words"] is not None]
+    peaks = [repeat["peak_rss_mib"] for repeat in repeats if repeat["peak_rss_mib"] is not None]
     return {
-        "label": server.label,
+        "label": served.label,
+        "model": served.model,
         "levels": levels,
+        "repeats": repeats,
         "mean_output_words": round(statistics.fmean(words), 2) if words else None,
-        "peak_rss_mib": server.peak_rss_mib(),
+        "peak_rss_mib": max(peaks, default=None),
         "errors": sum(level["errors"] for level in levels),
+        "bleu": bleu,
     }
+
+
+def ours_model(path: Path) -> dict[str, Any]:
+    """What `seq2seq serve --model path` loads: its architecture, widths, vocabulary and parameters."""
+    import seq2seq_attn as s2s
+
+    loaded = s2s.load(path, device="cpu")
+    model, vocab = loaded.config.model, loaded.config.vocab
+    return {
+        "architecture": f"{model.decoder}, {model.attention} attention, {model.cell.upper()} cells",
+        "embeddings": [model.src_embed_dim, model.tgt_embed_dim],
+        "encoder_hidden": model.hidden_size,
+        "decoder_hidden": model.decoder_hidden_size,
+        "vocabulary": f"sentencepiece {vocab.type} {vocab.size:,}" + (" joint" if vocab.joint else " a side"),
+        "parameters": loaded.parameters,
+    }
+
+
+# run by the peer's own Python: its checkpoint pickles OpenNMT-py's objects
+OPENNMT_DESCRIBE = """
+import json, sys, torch
+checkpoint = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
+opt = vars(checkpoint["opt"])
+vocab = checkpoint.get("vocab") or {}
+weights = [t for part in ("model", "generator") for t in (checkpoint.get(part) or {}).values()]
+print(json.dumps({
+    "architecture": f"{opt.get('encoder_type')} encoder, {opt.get('decoder_type')} decoder, "
+    f"{opt.get('global_attention')} attention, {opt.get('rnn_type')} cells",
+    "embeddings": [opt.get("src_word_vec_size"), opt.get("tgt_word_vec_size")],
+    "encoder_hidden": opt.get("enc_hid_size"),
+    "decoder_hidden": opt.get("dec_hid_size"),
+    "vocabulary": {side: len(vocab[side]) for side in ("src", "tgt") if side in vocab},
+    "parameters": sum(t.numel() for t in weights if hasattr(t, "numel")),
+}))
+"""
+
+
+def opennmt_model(cache: Path, checkpoint: Path) -> dict[str, Any]:
+    """What `onmt_server` loads, read from the checkpoint by the peer's install; the error when it cannot."""
+    python = cache / "venvs" / "opennmt" / "bin" / "python"
+    done = subprocess.run(
+        [str(python), "-c", OPENNMT_DESCRIBE, str(checkpoint)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **OPENNMT_ENV},
+    )
+    if done.returncode != 0:
+        return {"unknown": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(done.stdout)
 
 
 def heavy_request(sentences: list[str], limits: Limits = Limits()) -> list[str]:
@@ -531,18 +660,37 @@ def _closed(probe: dict[str, Any], since: str) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    settings = result["settings"]
+    repeats = settings.get("repeats", 1)
+    labels = [system["label"] for system in result["systems"]]
     lines = [
         *header(result, "Serving under load"),
+        *([ONE_REQUEST_AT_A_TIME, ""] if OPENNMT_LABEL in labels else []),
+        f"Each cell: the median over {repeats} repeats (each a fresh start of every server in turn), "
+        "requests/s with [min, max] when there were several. BLEU: sacreBLEU of each server's answers to "
+        "the first sentences, each sent once.",
+        "",
         "| system | clients | requests/s | p50 ms | p95 ms | p99 ms | errors | mean output words "
         "| peak RSS MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for system in result["systems"]:
         for level in system["levels"]:
-            numbers = [level[key] for key in ("requests_per_s", "p50_ms", "p95_ms", "p99_ms")]
-            cells = [system["label"], level["clients"], *map(_number, numbers), level["errors"]]
+            spread = level.get("requests_per_s_range")
+            rate = _number(level["requests_per_s"]) + (
+                f" [{_number(spread[0])}, {_number(spread[1])}]" if spread else ""
+            )
+            latencies = [_number(level[key]) for key in ("p50_ms", "p95_ms", "p99_ms")]
+            cells = [system["label"], level["clients"], rate, *latencies, level["errors"]]
             cells += [_number(level["mean_output_words"]), _number(system["peak_rss_mib"])]
             lines.append("| " + " | ".join(map(str, cells)) + " |")
+    lines += ["", "| system | model | BLEU (sentences) |", "|---|---|---:|"]
+    for system in result["systems"]:
+        bleu = system.get("bleu")
+        score = f"{bleu['bleu']:.2f} ({bleu['sentences']:,})" if bleu else "not measured"
+        lines.append(f"| {system['label']} | {_model(system.get('model') or {})} | {score} |")
+    signatures = {system["bleu"]["signature"] for system in result["systems"] if system.get("bleu")}
+    lines += [f"\nBLEU signature: {signature}" for signature in sorted(signatures)]
     agreement = result.get("int8_agreement")
     if agreement:
         lines += [
@@ -551,6 +699,18 @@ def markdown(result: dict[str, Any]) -> str:
             f"{agreement['sentences']} sentences differ ({100 * agreement['share']:.1f}%).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _model(model: dict[str, Any]) -> str:
+    """A served model in one cell: architecture, widths, vocabulary, parameters."""
+    if "unknown" in model or not model:
+        return f"unknown ({model.get('unknown', 'not recorded')})"
+    vocabulary = model["vocabulary"]
+    if isinstance(vocabulary, dict):
+        vocabulary = " / ".join(f"{side} {size:,}" for side, size in vocabulary.items())
+    widths = f"embeddings {'/'.join(map(str, model['embeddings']))}, hidden {model['encoder_hidden']} + "
+    widths += f"{model['decoder_hidden']}"
+    return f"{model['architecture']}; {widths}; vocabulary {vocabulary}; {model['parameters']:,} parameters"
 
 
 def _number(value: float | None) -> str:
@@ -570,6 +730,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--opennmt-sp-src", type=Path, help="the sentencepiece model its source was cut with")
     add("--opennmt-sp-tgt", type=Path, help="the sentencepiece model its target was cut with")
     add("--sentences", type=Path, required=True, help="source sentences to send, one per request")
+    add("--references", type=Path, help="their references, line by line: each server's answers get a BLEU")
+    add("--bleu-sentences", type=int, default=500, help="the first sentences answered once for the BLEU")
+    add("--repeats", type=int, default=3, help="measurements of each server (the table gives medians)")
     add("--clients", type=lambda s: [int(c) for c in s.split(",")], default=[1, 8, 32])
     add("--requests", type=int, default=400, help="answers per concurrency level at most")
     add("--seconds", type=float, default=120, help="seconds per concurrency level at most")
@@ -596,14 +759,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     args.doc.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out / "partial.json"  # each system's figures as soon as it is measured
-    sentences = [line for line in read_lines(args.sentences) if line.strip()]
+    sentences = list(read_lines(args.sentences))
+    references = list(read_lines(args.references)) if args.references else []
+    if references and len(references) != len(sentences):
+        raise SystemExit(
+            f"serve_load: {args.references} has {len(references)} lines, {args.sentences} {len(sentences)}"
+        )
+    kept = [index for index, line in enumerate(sentences) if line.strip()]
+    sentences, references = [sentences[i] for i in kept], [references[i] for i in kept] if references else []
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     result: dict[str, Any] = {
         "command": shown_command(sys.argv[1:] if argv is None else argv),
         "machine": describe("cpu", args.threads),
         "settings": {"beam": args.beam, "threads": args.threads, "requests": args.requests,
-                     "seconds": args.seconds, "clients": args.clients, "route": ROUTE},
+                     "seconds": args.seconds, "clients": args.clients, "route": ROUTE,
+                     "repeats": args.repeats, "bleu_sentences": args.bleu_sentences if references else 0},
         "systems": [],
     }  # fmt: skip
     if args.mixed or args.guards:
@@ -619,37 +789,62 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
         finish(args, result, mixed_markdown if args.mixed else guards_markdown)
         return
-    if args.opennmt_model:
-        port = free_port()
-        conf = opennmt_conf(args, args.out)
-        server = start(
-            "OpenNMT-py 3.5.1",
-            opennmt_command(args.cache, conf, port),
-            {**env, **OPENNMT_ENV},
-            args.out / "opennmt.log",
-            port,
-        )
-        try:
-            if args.record:
-                record(server, args.record)
-            result["systems"].append(measure(server, sentences, args))
-            write_json(partial, result)
-        finally:
-            server.stop()
-    variants = [("seq2seq-attn fp32", [])]
-    if args.shortlist:
-        variants.append(("seq2seq-attn int8 + shortlist", ["--precision", "int8", "--lexical-shortlist"]))
-    for label, extra in variants:
-        port = free_port()
-        server = start(label, ours_command(args, port, extra), env, args.out / f"{label}.log", port)
-        try:
-            result["systems"].append(measure(server, sentences, args))
-            write_json(partial, result)
-        finally:
-            server.stop()
+    result["systems"] = compare(systems(args, env), sentences, references, args, result)
     if args.int8_agreement:
         result["int8_agreement"] = int8_agreement(args, sentences)
     finish(args, result, markdown)
+
+
+def compare(
+    compared: list[Served],
+    sentences: list[str],
+    references: list[str],
+    args: argparse.Namespace,
+    result: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Every server measured `--repeats` times, in turn within each repeat; the first start of each also
+    answers the BLEU sentences (and OpenNMT-py's, with `--record`, the fixture's requests)."""
+    bleu_sources = sentences[: args.bleu_sentences] if references else []
+    runs: dict[str, list[dict[str, Any]]] = {served.label: [] for served in compared}
+    scores: dict[str, dict[str, Any]] = {}
+    for repeat in range(1, args.repeats + 1):
+        for served in compared:
+            port = free_port()
+            log = args.out / f"{served.label}.{repeat}.log"
+            server = start(served.label, served.command(port), served.env, log, port)
+            try:
+                if repeat == 1 and args.record and served.label == OPENNMT_LABEL:
+                    record(server, args.record)
+                if repeat == 1 and bleu_sources:
+                    scores[served.label] = answers_bleu(server, bleu_sources, references[: len(bleu_sources)])
+                runs[served.label].append(measure(server, sentences, args))
+                write_json(args.out / "partial.json", {**result, "runs": runs, "bleu": scores})  # so far
+            finally:
+                server.stop()
+    return [summarise(served, runs[served.label], scores.get(served.label)) for served in compared]
+
+
+def systems(args: argparse.Namespace, env: dict[str, str]) -> list[Served]:
+    """The servers compared: OpenNMT-py's when a checkpoint is given, ours in fp32, and its int8 copy with
+    the lexical shortlist with `--shortlist`."""
+    compared = []
+    if args.opennmt_model:
+        conf = opennmt_conf(args, args.out)
+        compared.append(
+            Served(
+                OPENNMT_LABEL,
+                lambda port: opennmt_command(args.cache, conf, port),
+                {**env, **OPENNMT_ENV},
+                opennmt_model(args.cache, args.opennmt_model),
+            )
+        )
+    variants = [("seq2seq-attn fp32", [])]
+    if args.shortlist:
+        variants.append(("seq2seq-attn int8 + shortlist", ["--precision", "int8", "--lexical-shortlist"]))
+    ours = ours_model(args.ours)
+    for label, extra in variants:
+        compared.append(Served(label, lambda port, extra=extra: ours_command(args, port, extra), env, ours))
+    return compared
 
 
 def finish(args: argparse.Namespace, result: dict[str, Any], render: Callable[[dict[str, Any]], str]) -> None:

@@ -62,6 +62,7 @@ from benchmarks.toolkits import (
 )
 from seq2seq_attn import provenance
 from seq2seq_attn.config import load_config
+from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
 from seq2seq_attn.serving.limits import Limits, Refusal, check_sentences, check_work
 from seq2seq_attn.training.optim import build_optimizer
 from seq2seq_attn.vocab.pieces import build_vocab
@@ -391,6 +392,59 @@ def test_the_serving_report_shows_no_machines_paths() -> None:
         "models": ["gru_step_5.pt"],
         "opt": {"sp_model_path": "src.model", "beam": 5},
     }
+
+
+def test_the_serving_table_gives_each_levels_median_over_the_repeats_and_the_rates_range() -> None:
+    def repeat(rate: float, p99: float, rss: float) -> dict:
+        level = {"clients": 8, "requests_per_s": rate, "p50_ms": 10.0, "p95_ms": 20.0, "p99_ms": p99}
+        return {"levels": [{**level, "mean_output_words": 5.0, "errors": 1}], "peak_rss_mib": rss}
+
+    model = {"architecture": "rnnsearch, bahdanau attention, GRU cells", "embeddings": [8, 8]}
+    model |= {"encoder_hidden": 16, "decoder_hidden": 16, "vocabulary": "sentencepiece bpe 40 a side"}
+    served = serve_load.Served("ours", lambda port: [], {}, {**model, "parameters": 12345})
+    bleu = {"sentences": 3, "bleu": 12.5, "signature": "nrefs:1|case:mixed"}
+    system = serve_load.summarise(
+        served, [repeat(9.0, 300, 400), repeat(12.0, 100, 410), repeat(10.0, 200, 390)], bleu
+    )
+    (level,) = system["levels"]
+    assert (level["requests_per_s"], level["p99_ms"], level["errors"]) == (10.0, 200, 3)
+    assert level["requests_per_s_range"] == [9.0, 12.0] and system["peak_rss_mib"] == 410
+    described = machine.describe("cpu", 2)
+    result = {"command": "c", "machine": described, "warnings": [], "settings": {"threads": 2, "repeats": 3}}
+    text = serve_load.markdown({**result, "systems": [system]})
+    assert "| ours | 8 | 10.0 [9.0, 12.0] | 10.0 | 20.0 | 200 | 3 | 5.0 | 410 |" in text
+    assert "embeddings 8/8, hidden 16 + 16; vocabulary sentencepiece bpe 40 a side; 12,345 parameters" in text
+    assert "| 12.50 (3) |" in text and "median over 3 repeats" in text
+    assert serve_load.ONE_REQUEST_AT_A_TIME not in text  # no OpenNMT-py server among the systems
+
+
+@pytest.mark.slow(seconds=20)
+def test_each_served_answer_is_scored_against_its_own_reference(tiny_run_dir: Path, tmp_path: Path) -> None:
+    """The BLEU sentences' answers come back in order, each the model's own translation, and are scored."""
+    import seq2seq_attn as s2s
+
+    sources = (tiny_run_dir.parent / "data" / "test.src").read_text().splitlines()[:12]
+    own = s2s.load(tiny_run_dir, device="cpu", beam_size=2).translate(sources)
+    assert all(own), own
+    (tmp_path / "src").write_text("".join(f"{line}\n" for line in sources))
+    (tmp_path / "ref").write_text("".join(f"{line}\n" for line in own))
+    doc = tmp_path / "load.md"
+    argv = [
+        "--ours",
+        str(tiny_run_dir),
+        "--sentences",
+        str(tmp_path / "src"),
+        "--references",
+        str(tmp_path / "ref"),
+    ]
+    argv += ["--beam", "2", "--clients", "1,2", "--requests", "4", "--repeats", "2", "--warmup", "1"]
+    serve_load.main([*argv, "--threads", "1", "--out", str(tmp_path / "out"), "--doc", str(doc)])
+    (system,) = json.loads(doc.with_suffix(".json").read_text())["systems"]
+    assert system["bleu"]["answers"] == own and system["bleu"]["sentences"] == len(sources)
+    assert system["bleu"]["bleu"] == round(bleu_metric(own).corpus_score(own, None).score, 2)
+    assert len(system["repeats"]) == 2 and [level["clients"] for level in system["levels"]] == [1, 2]
+    assert all(level["errors"] == 0 and level["requests_per_s"] > 0 for level in system["levels"])
+    assert system["model"]["parameters"] == s2s.load(tiny_run_dir, device="cpu").parameters
 
 
 def test_the_mixed_loads_heavy_request_is_the_largest_the_default_limits_accept() -> None:
