@@ -390,6 +390,8 @@ print(json.dumps({
 def opennmt_model(cache: Path, checkpoint: Path) -> dict[str, Any]:
     """What `onmt_server` loads, read from the checkpoint by the peer's install; the error when it cannot."""
     python = cache / "venvs" / "opennmt" / "bin" / "python"
+    if not python.exists():
+        return {"unknown": f"no OpenNMT-py install at {python}"}
     done = subprocess.run(
         [str(python), "-c", OPENNMT_DESCRIBE, str(checkpoint)],
         capture_output=True,

@@ -416,6 +416,11 @@ def test_the_serving_table_gives_each_levels_median_over_the_repeats_and_the_rat
     assert "embeddings 8/8, hidden 16 + 16; vocabulary sentencepiece bpe 40 a side; 12,345 parameters" in text
     assert "| 12.50 (3) |" in text and "median over 3 repeats" in text
     assert serve_load.ONE_REQUEST_AT_A_TIME not in text  # no OpenNMT-py server among the systems
+    unknown = serve_load.opennmt_model(Path("/nonexistent"), Path("m.pt"))
+    assert (
+        serve_load._model(unknown)
+        == "unknown (no OpenNMT-py install at /nonexistent/venvs/opennmt/bin/python)"
+    )
 
 
 @pytest.mark.slow(seconds=20)
