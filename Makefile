@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS ?= constraints.txt
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-fast lint format demo reproduce-local reproduce-multi30k reproduce-wmt14 bench gpu-check clean
+.PHONY: install test test-e2e test-fast lint format demo reproduce-local reproduce-multi30k reproduce-wmt14 bench gpu-check clean
 
 install: $(STAMP)
 
@@ -15,9 +15,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
 	touch $(STAMP)
 
-# Every test (what CI runs).
+# Every test but the end-to-end runs (marked e2e): what to run before a commit.
 test: install
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests
+
+# The end-to-end runs: a smaller `make demo`, the GPU scripts in their CPU mode, the benchmarks and the
+# README's walkthrough run whole, the served page in a browser. CI runs them after `make test`.
+test-e2e: install
+	$(BIN)/python -m pytest -q -n 2 -m e2e tests
 
 # The inner loop, about a minute: every test but those marked slow (end-to-end runs, training, torch.compile,
 # most of those that start processes).

@@ -20,7 +20,7 @@
 # `deselected`, and the summary expects only the outputs of the stages that ran.
 #
 # --quick shrinks every stage (tiny shapes, no compile, a demo of a few updates on a tiny corpus) so that the
-# same commands run on a CPU in a minute or two: `make test` runs `--device cpu --quick`. --device cpu also
+# same commands run on a CPU in a minute or two: `make test-e2e` runs `--device cpu --quick`. --device cpu also
 # hides any GPU. Nothing is installed: the code runs in place (PYTHONPATH=the repository) with $PYTHON
 # (default python3, else python); pytest is used when present. Data and checkpoints go to --work (default: a
 # temporary folder, removed at the end).

@@ -937,6 +937,7 @@ def test_a_peer_not_installed_with_no_install_says_how_to_install_it(tmp_path):
 # ours, end to end
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=25)
 def test_our_side_end_to_end_on_a_tiny_corpus(tmp_path):
     corpus = tmp_path / "corpus"
@@ -1593,6 +1594,7 @@ def test_curves_arguments_are_checked(capsys):
         assert stop.value.code == 2 and message in capsys.readouterr().err, message
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=40)
 def test_our_curve_end_to_end_on_a_tiny_corpus(tmp_path):
     """`bench --curves`, ours alone: hooked training writes a checkpoint at each point (its token cache

@@ -35,6 +35,7 @@ def small_config(name: str, tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=60)
 def test_small_demo_shows_attention_holding_up_on_long_sentences(tmp_path):
     out = tmp_path / "out"

@@ -20,6 +20,7 @@ def gpu_check(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
     return subprocess.run([str(SCRIPT), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=60)
 def test_quick_cpu_check_runs_every_stage_and_summarises_it(tmp_path):
     out = tmp_path / "check"
@@ -89,6 +90,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
 MEASURE = SCRIPT.parent / "gpu_measure.sh"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=80)
 @pytest.mark.parametrize(
     ("measurement", "tables"),

@@ -57,6 +57,7 @@ def walkthrough() -> list[list[str]]:
     return [line.split("#", 1)[0].split() for line in block.splitlines() if line.strip()]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=14)
 def test_readme_walkthrough_runs_as_written(tmp_path):
     commands = walkthrough()
@@ -90,6 +91,7 @@ def test_readme_walkthrough_runs_as_written(tmp_path):
 
 
 @pytest.mark.parametrize("layout", ["one-file-pair", "gz-every-split"])
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=25)
 def test_make_reproduce_local_on_your_corpus(tmp_path, layout):
     corpus = tmp_path / "corpus"

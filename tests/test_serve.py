@@ -656,6 +656,7 @@ def test_sigterm_answers_the_requests_in_flight_then_exits(tiny_run_dir: Path) -
         server.kill()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=40)
 def test_the_page_translates_and_draws_the_attention_in_chromium(tiny_run_dir: Path, tmp_path: Path) -> None:
     server, url = start_server("--model", str(tiny_run_dir), "--beam", "3")
