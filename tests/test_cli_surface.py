@@ -14,6 +14,7 @@ import textwrap
 import pytest
 import typer
 from helpers import ROOT
+from typer.testing import CliRunner
 
 import seq2seq_attn
 from seq2seq_attn.cli import app, evaluate, translate
@@ -289,13 +290,14 @@ def commands(command, path: tuple[str, ...] = ()):
 
 def test_every_help_reads_whole_at_80_columns():
     """No option name or word is cut ("…") in any command's `--help` on an 80-column terminal, and every
-    option's names are shown."""
-    env = {**os.environ, "COLUMNS": "80", "TERM": "dumb"}
+    option's names are shown. In process: the text is the same as `python -m seq2seq_attn ... --help`
+    prints (rich reads the width from COLUMNS either way)."""
+    runner = CliRunner()
     for path, command in commands(typer.main.get_command(app)):
-        result = subprocess.run(
-            [sys.executable, "-m", "seq2seq_attn", *path, "--help"], capture_output=True, text=True, env=env
+        result = runner.invoke(
+            app, [*path, "--help"], env={"COLUMNS": "80", "TERM": "dumb"}, prog_name="python -m seq2seq_attn"
         )
-        assert result.returncode == 0, result.stderr
+        assert result.exit_code == 0, result.output
         shown = " ".join(path) or "seq2seq"
         assert "…" not in result.stdout, f"`{shown} --help` cuts: {result.stdout}"
         assert max(len(line) for line in result.stdout.splitlines()) <= 80, shown

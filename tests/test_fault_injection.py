@@ -82,6 +82,7 @@ def kill_during_training(folder: Path, rng: random.Random, in_a_write: bool) -> 
     return bool(temporaries(checkpoints))
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=35)
 def test_sigkill_during_checkpoint_writes_loses_nothing(prepared, tmp_path):
     reference = tmp_path / "reference"

@@ -96,6 +96,7 @@ def assert_refused(result: subprocess.CompletedProcess, folder: Path, holder: in
     assert_one_line_error(result, f"{folder}: in use by another writer, PID {holder} on host")
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=10)
 def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_path):
     folder, run = tmp_path / "w", tmp_path / "w" / "run"
@@ -116,6 +117,7 @@ def test_a_second_trainer_is_refused_and_the_first_ends_intact(prepared, tmp_pat
     assert not (run / LOCK_FILE).exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=14)
 def test_a_killed_trainer_leaves_no_lock_and_resumes_exactly(prepared, tmp_path):
     settings = [

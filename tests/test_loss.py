@@ -193,7 +193,8 @@ def _ddp_rank(rank: int, world_size: int, port: int, loss_norm: str, out: str) -
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.slow(seconds=8)
 @pytest.mark.parametrize("loss_norm", ["batch", "sentences"])
 def test_two_ranks_with_half_batches_make_the_update_of_one_rank_with_the_whole(tmp_path, loss_norm) -> None:
     """DDP averages the ranks' gradients: with the world-size scaling, `batch` is still the sum over the

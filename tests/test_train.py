@@ -195,6 +195,7 @@ def test_resume_flag_without_checkpoint_is_an_error(workdir):
         train_module.train(config_of(workdir), resume=True)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=30)
 def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
     settings = [
@@ -254,6 +255,7 @@ def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
     assert state["step"] >= 5
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=12)
 @pytest.mark.parametrize("processes", [1, 2])
 def test_ddp_gloo(workdir, processes):
@@ -266,6 +268,7 @@ def worker_pids(parent: int) -> list[int]:
     return sorted(int(pid) for pid in children)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=12)
 def test_ddp_ranks_stop_together_when_one_rank_is_signalled(workdir):
     """SIGTERM that reaches one rank only: both stop after the same update and a checkpoint is saved,
