@@ -73,6 +73,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PROG = f"python -m {__spec__.name}"
 ROUTE = "/translator/translate"
 OPENNMT_LABEL = "OpenNMT-py 3.5.1"
+MODEL_ID = 100  # the model every timed request names (OpenNMT-py's conf.json; ours answers any id)
+NBEST_MODEL_ID = 101  # the same model at n-best 2, for the fixture `--record` writes
 OPENNMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # its checkpoints pickle an argparse.Namespace
 FIXTURE_INPUTS = ["The cat sat on the mat.", "Where is the station?"]
 ONE_REQUEST_AT_A_TIME = (
@@ -196,7 +198,7 @@ def opennmt_conf(args: argparse.Namespace, folder: Path) -> Path:
             "tokenizer": tokenizers,
         }
 
-    conf = {"models_root": str(folder), "models": [entry(100, 1), entry(101, 2)]}  # 101: the fixture's n-best
+    conf = {"models_root": str(folder), "models": [entry(MODEL_ID, 1), entry(NBEST_MODEL_ID, 2)]}
     path = folder / "conf.json"
     write_text(path, json.dumps(conf, indent=1))
     return path
@@ -212,6 +214,16 @@ def opennmt_command(cache: Path, conf: Path, port: int) -> list[str]:
         str(python), "-m", "onmt.bin.server", "--ip", "127.0.0.1", "--port", str(port),
         "--url_root", "/translator", "--model_config", str(conf),
     ]  # fmt: skip
+
+
+def body(sentences: list[str], model_id: int = MODEL_ID) -> list[dict[str, Any]]:
+    """OpenNMT-py's request body: one entry per sentence, each naming the model."""
+    return [{"src": sentence, "id": model_id} for sentence in sentences]
+
+
+def best(answer: httpx.Response) -> str:
+    """The best translation of a one-sentence request's answer."""
+    return answer.json()[0][0]["tgt"]
 
 
 async def load(
@@ -235,10 +247,10 @@ async def load(
         return len(latencies) + errors < requests and time.monotonic() < deadline
 
     async def heavy_client(http: httpx.AsyncClient) -> None:
-        body = [{"src": sentence, "id": 100} for sentence in heavy or []]
+        heavy_body = body(heavy or [])
         while running():
             started = time.perf_counter()
-            answer = await http.post(f"{url}{ROUTE}", json=body)
+            answer = await http.post(f"{url}{ROUTE}", json=heavy_body)
             if answer.status_code != 200:
                 raise SystemExit(
                     f"serve_load: the heavy request got {answer.status_code}: {answer.text[:200]}"
@@ -252,7 +264,7 @@ async def load(
             next_sentence += 1
             started = time.perf_counter()
             try:
-                answer = await http.post(f"{url}{ROUTE}", json=[{"src": sentence, "id": 100}])
+                answer = await http.post(f"{url}{ROUTE}", json=body([sentence]))
                 ok = answer.status_code == 200 and isinstance(answer.json(), list)
             except httpx.HTTPError:
                 ok = False
@@ -260,7 +272,7 @@ async def load(
                 errors += 1
                 continue
             latencies.append(time.perf_counter() - started)
-            lengths.append(len(answer.json()[0][0]["tgt"].split()))
+            lengths.append(len(best(answer).split()))
 
     connections = clients + (heavy is not None)
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
@@ -291,9 +303,9 @@ async def answer_each(url: str, sentences: list[str], clients: int = BLEU_CLIENT
 
     async def client(http: httpx.AsyncClient) -> None:
         for index in indices:
-            answer = await http.post(f"{url}{ROUTE}", json=[{"src": sentences[index], "id": 100}])
+            answer = await http.post(f"{url}{ROUTE}", json=body([sentences[index]]))
             answer.raise_for_status()
-            answers[index] = answer.json()[0][0]["tgt"]
+            answers[index] = best(answer)
 
     async with httpx.AsyncClient(timeout=600) as http:
         await asyncio.gather(*(client(http) for _ in range(clients)))
@@ -476,7 +488,7 @@ def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
     with ThreadPoolExecutor(len(probes)) as pool:
         futures = {name: pool.submit(probe) for name, probe in probes.items()}
         timeouts = {name: _without_time(future.result()) for name, future in futures.items()}
-    heavy = [{"src": sentence, "id": 100} for sentence in heavy_request(sentences)]
+    heavy = body(heavy_request(sentences))
     answers: list[dict[str, Any]] = []
 
     def send() -> None:
@@ -540,9 +552,7 @@ def record(server: Server, path: Path) -> None:
         "health": http.get(f"{server.url}/translator/health").json(),
         "translate": {
             "request": FIXTURE_INPUTS,
-            "response": http.post(
-                f"{server.url}{ROUTE}", json=[{"src": s, "id": 101} for s in FIXTURE_INPUTS]
-            ).json(),
+            "response": http.post(f"{server.url}{ROUTE}", json=body(FIXTURE_INPUTS, NBEST_MODEL_ID)).json(),
         },
     }
     unknown = http.post(f"{server.url}{ROUTE}", json=[{"src": "x", "id": 7}])  # its answer to an unknown id
