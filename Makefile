@@ -20,8 +20,9 @@ test: install
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests
 
 # The end-to-end runs: a smaller `make demo`, the GPU scripts in their CPU mode, the benchmarks and the
-# README's walkthrough run whole, the served page in a browser, training killed and resumed, two trainers
-# on one folder, DDP ranks under torchrun. CI runs them after `make test`.
+# README's walkthrough run whole, the served page in a browser, training killed and resumed, trainer and
+# server stopped by SIGTERM, two trainers on one folder, readers loading a run while it trains, DDP ranks
+# under torchrun, the GPU image's commands without `datasets`. CI runs them after `make test`.
 test-e2e: install
 	$(BIN)/python -m pytest -q -n 2 -m e2e tests
 

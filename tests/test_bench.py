@@ -423,6 +423,7 @@ def test_the_serving_table_gives_each_levels_median_over_the_repeats_and_the_rat
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=20)
 def test_each_served_answer_is_scored_against_its_own_reference(tiny_run_dir: Path, tmp_path: Path) -> None:
     """The BLEU sentences' answers come back in order, each the model's own translation, and are scored."""

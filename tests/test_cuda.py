@@ -245,6 +245,7 @@ def on_gpu_image(target: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=9)
 def test_command_line_scripts_and_these_tests_work_without_datasets_and_hypothesis(tmp_path):
     """Only `data.source: huggingface` needs `datasets`, and it says so in one line; everything else, and

@@ -173,6 +173,7 @@ def test_the_data_lock_is_taken_only_to_write(tmp_path):
     assert not (tmp_path / "data" / LOCK_FILE).exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=12)
 def test_readers_load_a_run_while_it_writes_checkpoints(prepared, tmp_path):
     """best.pt is repointed and best-K step files are removed all the time; every load still succeeds."""

@@ -632,6 +632,7 @@ def test_a_port_taken_is_a_one_line_error_before_any_serving_line(tiny_run_dir: 
 # a real server: SIGTERM, and the page in a browser
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=15)
 def test_sigterm_answers_the_requests_in_flight_then_exits(tiny_run_dir: Path) -> None:
     # a batch waits 2 s for company: the request is in flight when SIGTERM comes

@@ -213,6 +213,7 @@ def test_silent_slow_and_idle_connections_are_closed_and_open_ones_capped(tiny_r
         server.wait()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow(seconds=30)
 def test_sigterm_answers_every_request_and_exits_within_the_grace_period(tiny_run_dir: Path) -> None:
     grace = 3

@@ -235,6 +235,7 @@ def test_sigkill_then_resume_is_bit_identical(prepared, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed run diverged from the uninterrupted run"
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_before_exiting(workdir):
     process = subprocess.Popen(
