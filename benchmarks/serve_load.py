@@ -200,6 +200,7 @@ def opennmt_conf(args: argparse.Namespace, folder: Path) -> Path:
 
     conf = {"models_root": str(folder), "models": [entry(MODEL_ID, 1), entry(NBEST_MODEL_ID, 2)]}
     path = folder / "conf.json"
+    folder.mkdir(parents=True, exist_ok=True)  # --out, made by its first write
     write_text(path, json.dumps(conf, indent=1))
     return path
 

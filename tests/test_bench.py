@@ -380,6 +380,22 @@ def test_a_run_under_instruction_set_limits_says_so(monkeypatch):
     )
 
 
+def test_the_peer_servers_conf_is_written_into_an_out_folder_not_yet_made(tmp_path: Path) -> None:
+    """`onmt_server`'s conf.json: both model entries (1-best and n-best) on the checkpoint, beam as asked,
+    sentencepiece through pyonmttok; --out is made when it does not exist yet."""
+    args = serve_load.parse_args(
+        ["--ours", "run", "--sentences", "s", "--opennmt-model", str(tmp_path / "m.pt"), "--beam", "4"]
+        + ["--opennmt-sp-src", str(tmp_path / "src.model"), "--opennmt-sp-tgt", str(tmp_path / "tgt.model")]
+    )
+    conf = json.loads(serve_load.opennmt_conf(args, tmp_path / "out" / "logs").read_text(encoding="utf-8"))
+    assert [entry["id"] for entry in conf["models"]] == [serve_load.MODEL_ID, serve_load.NBEST_MODEL_ID]
+    assert [entry["opt"]["n_best"] for entry in conf["models"]] == [1, 2]
+    assert {entry["model"] for entry in conf["models"]} == {str(tmp_path / "m.pt")}
+    assert all(entry["opt"]["beam_size"] == 4 for entry in conf["models"])
+    tokenizer = conf["models"][0]["tokenizer"]["tgt"]
+    assert tokenizer["params"]["sp_model_path"] == str(tmp_path / "tgt.model")
+
+
 def test_the_serving_report_shows_no_machines_paths() -> None:
     argv = ["--ours", "/somewhere/run", "--sentences", "/data/test.en", "--requests", "3"]
     argv += ["--doc", str(ROOT / "benchmarks/results/x.md"), "--cache", str(ROOT / ".bench")]
