@@ -62,6 +62,7 @@ from typing import Any
 
 import httpx
 
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
 from seq2seq_attn.io import read_lines, write_json, write_text
 from seq2seq_attn.serving.limits import ConnectionLimits, Limits
@@ -365,11 +366,12 @@ def summarise(served: Served, repeats: list[dict[str, Any]], bleu: dict[str, Any
     }
 
 
-def ours_model(path: Path) -> dict[str, Any]:
-    """What `seq2seq serve --model path` loads: its architecture, widths, vocabulary and parameters."""
+def ours_model(path: Path, lexical_shortlist: bool = False) -> dict[str, Any]:
+    """What `seq2seq serve --model path` loads: its architecture, widths, vocabulary and parameters (with
+    its lexical shortlist's table, which must then exist)."""
     import seq2seq_attn as s2s
 
-    loaded = s2s.load(path, device="cpu")
+    loaded = s2s.load(path, device="cpu", lexical_shortlist=lexical_shortlist)
     model, vocab = loaded.config.model, loaded.config.vocab
     return {
         "architecture": f"{model.decoder}, {model.attention} attention, {model.cell.upper()} cells",
@@ -381,7 +383,8 @@ def ours_model(path: Path) -> dict[str, Any]:
     }
 
 
-# run by the peer's own Python: its checkpoint pickles OpenNMT-py's objects
+# run by the peer's own Python: its checkpoint pickles OpenNMT-py's objects; the encoder's width is per
+# direction, as ours counts it (`brnn` splits enc_hid_size across its two directions)
 OPENNMT_DESCRIBE = """
 import json, sys, torch
 checkpoint = torch.load(sys.argv[1], map_location="cpu", weights_only=False)
@@ -392,7 +395,7 @@ print(json.dumps({
     "architecture": f"{opt.get('encoder_type')} encoder, {opt.get('decoder_type')} decoder, "
     f"{opt.get('global_attention')} attention, {opt.get('rnn_type')} cells",
     "embeddings": [opt.get("src_word_vec_size"), opt.get("tgt_word_vec_size")],
-    "encoder_hidden": opt.get("enc_hid_size"),
+    "encoder_hidden": opt.get("enc_hid_size") // (2 if opt.get("encoder_type") == "brnn" else 1),
     "decoder_hidden": opt.get("dec_hid_size"),
     "vocabulary": {side: len(vocab[side]) for side in ("src", "tgt") if side in vocab},
     "parameters": sum(t.numel() for t in weights if hasattr(t, "numel")),
@@ -721,8 +724,8 @@ def _model(model: dict[str, Any]) -> str:
     vocabulary = model["vocabulary"]
     if isinstance(vocabulary, dict):
         vocabulary = " / ".join(f"{side} {size:,}" for side, size in vocabulary.items())
-    widths = f"embeddings {'/'.join(map(str, model['embeddings']))}, hidden {model['encoder_hidden']} + "
-    widths += f"{model['decoder_hidden']}"
+    widths = f"embeddings {'/'.join(map(str, model['embeddings']))}, encoder {model['encoder_hidden']} per "
+    widths += f"direction, decoder {model['decoder_hidden']}"
     return f"{model['architecture']}; {widths}; vocabulary {vocabulary}; {model['parameters']:,} parameters"
 
 
@@ -802,7 +805,11 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
         finish(args, result, mixed_markdown if args.mixed else guards_markdown)
         return
-    result["systems"] = compare(systems(args, env), sentences, references, args, result)
+    try:
+        compared = systems(args, env)
+    except UserError as error:  # e.g. --shortlist without the run's table: one line, nothing measured
+        raise SystemExit(f"serve_load: {error}") from None
+    result["systems"] = compare(compared, sentences, references, args, result)
     if args.int8_agreement:
         result["int8_agreement"] = int8_agreement(args, sentences)
     finish(args, result, markdown)
@@ -854,7 +861,7 @@ def systems(args: argparse.Namespace, env: dict[str, str]) -> list[Served]:
     variants = [("seq2seq-attn fp32", [])]
     if args.shortlist:
         variants.append(("seq2seq-attn int8 + shortlist", ["--precision", "int8", "--lexical-shortlist"]))
-    ours = ours_model(args.ours)
+    ours = ours_model(args.ours, args.shortlist)  # a missing table stops here, before any server starts
     for label, extra in variants:
         compared.append(Served(label, lambda port, extra=extra: ours_command(args, port, extra), env, ours))
     return compared

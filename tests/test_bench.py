@@ -396,6 +396,22 @@ def test_the_peer_servers_conf_is_written_into_an_out_folder_not_yet_made(tmp_pa
     assert tokenizer["params"]["sp_model_path"] == str(tmp_path / "tgt.model")
 
 
+def test_serve_load_with_shortlist_stops_in_one_line_before_any_server_when_the_table_is_missing(
+    tiny_run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sentences = tmp_path / "test.en"
+    sentences.write_text("the cat sat\n", encoding="utf-8")
+    argv = ["--ours", str(tiny_run_dir), "--shortlist", "--sentences", str(sentences), "--repeats", "1"]
+    with pytest.raises(SystemExit) as stopped:
+        serve_load.main([*argv, "--out", str(tmp_path / "out"), "--doc", str(tmp_path / "r.md")])
+    assert str(stopped.value).startswith("serve_load: ") and "no lexical shortlist" in str(stopped.value)
+    assert (
+        "\n" not in str(stopped.value)
+        and not (tmp_path / "out").exists()
+        and not (tmp_path / "r.md").exists()
+    )
+
+
 def test_the_serving_report_shows_no_machines_paths() -> None:
     argv = ["--ours", "/somewhere/run", "--sentences", "/data/test.en", "--requests", "3"]
     argv += ["--doc", str(ROOT / "benchmarks/results/x.md"), "--cache", str(ROOT / ".bench")]
@@ -429,7 +445,8 @@ def test_the_serving_table_gives_each_levels_median_over_the_repeats_and_the_rat
     result = {"command": "c", "machine": described, "warnings": [], "settings": {"threads": 2, "repeats": 3}}
     text = serve_load.markdown({**result, "systems": [system]})
     assert "| ours | 8 | 10.0 [9.0, 12.0] | 10.0 | 20.0 | 200 | 3 | 5.0 | 410 |" in text
-    assert "embeddings 8/8, hidden 16 + 16; vocabulary sentencepiece bpe 40 a side; 12,345 parameters" in text
+    widths = "embeddings 8/8, encoder 16 per direction, decoder 16"
+    assert f"{widths}; vocabulary sentencepiece bpe 40 a side; 12,345 parameters" in text
     assert "| 12.50 (3) |" in text and "median over 3 repeats" in text
     assert serve_load.ONE_REQUEST_AT_A_TIME not in text  # no OpenNMT-py server among the systems
     unknown = serve_load.opennmt_model(Path("/nonexistent"), Path("m.pt"))
