@@ -19,10 +19,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 test: install
 	$(BIN)/python -m pytest -q -n 2 -m "not e2e" tests
 
-# The end-to-end runs: a smaller `make demo`, the GPU scripts in their CPU mode, the benchmarks and the
-# README's walkthrough run whole, the served page in a browser, training killed and resumed, trainer and
-# server stopped by SIGTERM, two trainers on one folder, readers loading a run while it trains, DDP ranks
-# under torchrun, the GPU image's commands without `datasets`. CI runs them after `make test`.
+# The end-to-end runs (marked e2e; what they are: the marker's description in pyproject.toml). CI runs
+# them after `make test`.
 test-e2e: install
 	$(BIN)/python -m pytest -q -n 2 -m e2e tests
 

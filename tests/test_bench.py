@@ -397,7 +397,7 @@ def test_the_peer_servers_conf_is_written_into_an_out_folder_not_yet_made(tmp_pa
 
 
 def test_serve_load_with_shortlist_stops_in_one_line_before_any_server_when_the_table_is_missing(
-    tiny_run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_run_dir: Path, tmp_path: Path
 ) -> None:
     sentences = tmp_path / "test.en"
     sentences.write_text("the cat sat\n", encoding="utf-8")
@@ -405,11 +405,8 @@ def test_serve_load_with_shortlist_stops_in_one_line_before_any_server_when_the_
     with pytest.raises(SystemExit) as stopped:
         serve_load.main([*argv, "--out", str(tmp_path / "out"), "--doc", str(tmp_path / "r.md")])
     assert str(stopped.value).startswith("serve_load: ") and "no lexical shortlist" in str(stopped.value)
-    assert (
-        "\n" not in str(stopped.value)
-        and not (tmp_path / "out").exists()
-        and not (tmp_path / "r.md").exists()
-    )
+    assert "\n" not in str(stopped.value)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "r.md").exists()
 
 
 def test_the_serving_report_shows_no_machines_paths() -> None:
