@@ -1115,6 +1115,39 @@ def test_documented_benchmark_commands_parse_and_their_configs_load():
             load_config(ROOT / config, args.overrides)
 
 
+RESULT_FOLDERS = ("benchmarks/results", "docs/results")
+SUPERSEDED = re.compile(r"^> Superseded by \[[^]]+\]\(([^)]+)\)")
+
+
+def _linked_targets(markdown: list[Path]) -> set[Path]:
+    """Every file or folder a relative markdown link in `markdown` points at."""
+    targets = set()
+    for doc in markdown:
+        for match in re.finditer(r"\]\(([^)\s#]+)", doc.read_text(encoding="utf-8")):
+            if "://" not in match.group(1):
+                targets.add((doc.parent / match.group(1)).resolve())
+    return targets
+
+
+def test_every_committed_result_is_cited_as_current_or_names_its_successor():
+    """A report or results folder is linked from the docs (or from a report, for the outputs behind it),
+    or begins with "> Superseded by [its successor](...)", an existing file: none stands unexplained, and
+    none is both cited and superseded."""
+    docs = [ROOT / "README.md", ROOT / "benchmarks/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    reports = sorted((ROOT / "benchmarks/results").glob("*.md"))
+    cited, linked = _linked_targets(docs), _linked_targets(docs + reports)
+    results = [path for folder in RESULT_FOLDERS for path in sorted((ROOT / folder).iterdir())]
+    for path in (path for path in results if path.suffix in ("", ".md")):
+        superseded = SUPERSEDED.match(path.read_text(encoding="utf-8")) if path.is_file() else None
+        is_cited = any(target == path or target.is_relative_to(path) for target in cited)
+        if superseded:
+            assert not is_cited, f"{path.relative_to(ROOT)} is superseded but the docs cite it"
+            assert (path.parent / superseded.group(1)).is_file(), f"{path.name}: its successor is missing"
+        else:
+            cited_anywhere = any(target == path or target.is_relative_to(path) for target in linked)
+            assert cited_anywhere, f"{path.relative_to(ROOT)}: linked nowhere, and no '> Superseded by' line"
+
+
 def test_search_ops_benchmark_times_each_operation_and_its_alternative(tmp_path, capsys):
     out = tmp_path / "ops"
     bench_search_ops.main(
