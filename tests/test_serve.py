@@ -41,6 +41,7 @@ from seq2seq_attn.serving.batching import MicroBatcher
 from seq2seq_attn.serving.hosting import ModelSpec, host_models, read_conf
 from seq2seq_attn.serving.limits import BatchLimits, Limits
 from seq2seq_attn.serving.opennmt import word_alignment
+from seq2seq_attn.serving.threads import FreshThreads, in_own_thread
 
 LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
 LIMITS = Limits(max_body_bytes=20_000, max_sentences=8, max_chars=300, max_nbest=4)
@@ -400,6 +401,54 @@ def test_requests_searched_together_get_the_answers_they_get_alone(tiny_run_dir:
             )
     assert len(batches) < len(requests)  # they were batched
     assert max(len(batch) for batch in batches) <= 16
+
+
+def test_each_search_runs_in_a_thread_of_its_own_that_ends_with_it() -> None:
+    """FreshThreads: a new thread per task, gone once the task is done (so is the OpenMP team it made),
+    at most `limit` at once, the rest started as others end; results and errors reach the
+    futures, and shutdown waits for what was submitted."""
+    gate, lock = threading.Event(), threading.Lock()
+    threads: list[threading.Thread] = []
+    started: list[int] = []
+    running, most = [0], [0]
+
+    def task(n: int) -> int:
+        with lock:
+            threads.append(threading.current_thread())
+            started.append(n)
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        gate.wait(5)
+        with lock:
+            running[0] -= 1
+        if n == 3:
+            raise ValueError("three")
+        return n * n
+
+    executor = FreshThreads(2, "test")
+    futures = [executor.submit(task, n) for n in range(6)]
+    time.sleep(0.2)
+    assert sorted(started) == [0, 1]  # two run, four wait
+    gate.set()
+    executor.shutdown(wait=True)
+    assert [future.result() for future in futures if future.exception() is None] == [0, 1, 4, 16, 25]
+    assert isinstance(futures[3].exception(), ValueError)
+    assert most[0] == 2 and sorted(started) == list(range(6))
+    assert len({id(thread) for thread in threads}) == 6
+    assert not any(thread.is_alive() for thread in threads)
+    with pytest.raises(RuntimeError):
+        executor.submit(task, 7)
+
+
+def test_in_own_thread_returns_the_result_or_raises_the_error() -> None:
+    assert in_own_thread(threading.current_thread) is not threading.current_thread()
+    assert in_own_thread(pow, 2, 5) == 32
+
+    def fails() -> None:
+        raise UserError("bad")
+
+    with pytest.raises(UserError, match="bad"):
+        in_own_thread(fails)
 
 
 def test_a_long_request_shares_its_batches_with_the_requests_behind_it() -> None:

@@ -27,7 +27,6 @@ import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,10 +39,11 @@ from ..errors import UserError
 from ..evaluation.models.likelihood import Score
 from .batching import MicroBatcher
 from .limits import BatchLimits, Refusal
+from .threads import FreshThreads, in_own_thread
 from .turns import Turns
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
-SEARCH_THREADS = 16  # a model's search threads: more than the lanes of any sentence length (batching.py)
+SEARCH_THREADS = 16  # a model's searches at once: more than the lanes of any sentence length (batching.py)
 # OpenNMT-py's translate options that mean one of our decode keys: its name -> ours, and its values -> ours
 OPENNMT_KEYS: dict[str, tuple[str, dict[str, Any]]] = {
     "n_best": ("nbest", {}),
@@ -119,13 +119,13 @@ def _decode_keys(opt: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 class HostedModel:
-    """One hosted model: the loaded API model, its search threads (which take turns on its cores,
-    serving/turns.py) and its micro-batcher."""
+    """One hosted model: the loaded API model, its search threads (one per search, serving/threads.py,
+    which take turns on its cores, serving/turns.py) and its micro-batcher."""
 
     def __init__(self, spec: ModelSpec, model: Model, limits: BatchLimits, mix_int8: bool = False) -> None:
         self.spec, self.model = spec, model
         self.started_in = Path.cwd()  # where the paths it shows are relative to
-        self.executor = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix=f"model-{spec.id}")
+        self.executor = FreshThreads(SEARCH_THREADS, f"model-{spec.id}")
         self.turns = Turns()
         mix = mix_int8 or model.decode.precision != "int8"
         self.batcher: MicroBatcher[Found] = MicroBatcher(
@@ -236,12 +236,13 @@ def host_models(
     common: Mapping[str, Any] | None = None,
     threads: int | None = None,
 ) -> dict[int, HostedModel]:
-    """Load every model (through `seq2seq_attn.load`), each with `common` decode keys under its own."""
+    """Load every model (through `seq2seq_attn.load`), each with `common` decode keys under its own, in a
+    thread that ends with the load (serving/threads.py says why)."""
     hosted = {}
     for spec in specs:
         decode = {**(common or {}), **spec.decode}
         try:
-            model = load(spec.paths, device=device, threads=threads, **decode)
+            model = in_own_thread(load, spec.paths, device=device, threads=threads, **decode)
         except UserError as error:
             raise UserError(f"model {spec.id}: {error}") from None
         hosted[spec.id] = HostedModel(spec, model, limits or BatchLimits(), mix_int8)
