@@ -1129,6 +1129,11 @@ def _linked_targets(markdown: list[Path]) -> set[Path]:
     return targets
 
 
+def _reaches(targets: set[Path], path: Path) -> bool:
+    """Whether a link in `targets` points at `path` or into it (a folder)."""
+    return any(target == path or target.is_relative_to(path) for target in targets)
+
+
 def test_every_committed_result_is_cited_as_current_or_names_its_successor():
     """A report or results folder is linked from the docs (or from a report, for the outputs behind it),
     or begins with "> Superseded by [its successor](...)", an existing file: none stands unexplained, and
@@ -1139,13 +1144,12 @@ def test_every_committed_result_is_cited_as_current_or_names_its_successor():
     results = [path for folder in RESULT_FOLDERS for path in sorted((ROOT / folder).iterdir())]
     for path in (path for path in results if path.suffix in ("", ".md")):
         superseded = SUPERSEDED.match(path.read_text(encoding="utf-8")) if path.is_file() else None
-        is_cited = any(target == path or target.is_relative_to(path) for target in cited)
         if superseded:
-            assert not is_cited, f"{path.relative_to(ROOT)} is superseded but the docs cite it"
+            assert not _reaches(cited, path), f"{path.relative_to(ROOT)} is superseded but the docs cite it"
             assert (path.parent / superseded.group(1)).is_file(), f"{path.name}: its successor is missing"
         else:
-            cited_anywhere = any(target == path or target.is_relative_to(path) for target in linked)
-            assert cited_anywhere, f"{path.relative_to(ROOT)}: linked nowhere, and no '> Superseded by' line"
+            unexplained = f"{path.relative_to(ROOT)}: linked nowhere, and no '> Superseded by' line"
+            assert _reaches(linked, path), unexplained
 
 
 def test_search_ops_benchmark_times_each_operation_and_its_alternative(tmp_path, capsys):

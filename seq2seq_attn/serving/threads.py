@@ -3,8 +3,8 @@
 On a CPU torch computes through OpenMP, and every thread that starts a parallel region keeps a team of
 worker threads for the rest of its life. Once the process holds more of them than it has cores, OpenMP
 stops spinning at its barriers and sleeps and wakes instead, at every operation of every step: a server
-whose model was loaded in one thread and searched in a pool of others was measured searching one sentence
-1.3-1.9x slower than the same search in a process with one team. So the server loads its models in a
+whose model was loaded in one thread and searched in a pool of others searched one sentence measurably
+slower than a process with one team (docs/performance.md#serving). So the server loads its models in a
 thread of their own (`in_own_thread`) and runs each search in a fresh thread (`FreshThreads`): a team
 lives only as long as the one search that made it, and a lone search has the process's only team.
 """
