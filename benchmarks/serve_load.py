@@ -11,7 +11,8 @@ are scored with sacreBLEU against their references: the speed of a server says l
 of what it answers. The load is measured `--repeats` times, each repeat a fresh start of every server in
 turn (so that a slow minute of the machine falls on all of them); the table gives the medians, requests/s
 with their [min, max]. What each server loaded (architecture, widths, vocabularies, parameters) is recorded
-beside its figures, so the comparison says whether the models match.
+beside its figures, so the comparison says whether the models match. Both search by one rule, the peer's
+(SAME_SEARCH): ours' default stopping rule (`bound`) runs more steps than OpenNMT-py's.
 
     python -m benchmarks.serve_load --ours runs/enfr --opennmt-model M.pt --opennmt-sp-src S.model \
         --opennmt-sp-tgt T.model --sentences test.en --references test.fr \
@@ -82,6 +83,12 @@ ONE_REQUEST_AT_A_TIME = (
     "OpenNMT-py's server translates one request at a time (`ServerModel.run` holds a lock of one, "
     "onmt/translate/translation_server.py), whatever the load; `seq2seq serve` searches the sentences of "
     "requests that arrive together as one batch: its lead under load is that micro-batching."
+)
+PEERS_RULE = {"length_penalty": "gnmt", "stopping": "top"}  # OpenNMT-py's search: GNMT's penalty ("wu"),
+# and a sentence ends once a step's best candidate is EOS (its only rule; ours stops by `bound` by default)
+SAME_SEARCH = (
+    "Both servers search by one rule: beam {beam}, GNMT length penalty with alpha {alpha}, and a sentence "
+    "ends once a step's best candidate is EOS (OpenNMT-py's only rule; ours `--stopping top`)."
 )
 LEVEL_FIGURES = ["requests_per_s", "p50_ms", "p95_ms", "p99_ms", "mean_output_words"]  # medians over repeats
 BLEU_CLIENTS = 8  # the clients that send the BLEU sentences (once each; not timed)
@@ -162,10 +169,20 @@ def start(label: str, command: list[str], env: dict[str, str], log: Path, port: 
     raise SystemExit(f"serve_load: {label} did not answer within 300 s, see {log}")
 
 
+def ours_search(args: argparse.Namespace) -> dict[str, Any]:
+    """Our decode keys for the peer's search rule (SAME_SEARCH), beside the beam."""
+    return {**PEERS_RULE, "alpha": args.alpha}
+
+
 def ours_command(args: argparse.Namespace, port: int, extra: list[str]) -> list[str]:
+    rule = [
+        text
+        for key, value in ours_search(args).items()
+        for text in (f"--{key.replace('_', '-')}", str(value))
+    ]
     return [
         sys.executable, "-m", "seq2seq_attn", "--quiet", "serve", "--model", str(args.ours),
-        "--port", str(port), "--beam", str(args.beam), "--nbest", "1", "--device", "cpu",
+        "--port", str(port), "--beam", str(args.beam), *rule, "--nbest", "1", "--device", "cpu",
         "--threads", str(args.threads), "--max-sentences", "1000", *extra,
     ]  # fmt: skip
 
@@ -189,6 +206,7 @@ def opennmt_conf(args: argparse.Namespace, folder: Path) -> Path:
 
     def entry(model_id: int, n_best: int) -> dict[str, Any]:
         opt = {"beam_size": args.beam, "n_best": n_best, "batch_size": 64, "max_length": 250}
+        opt |= {"length_penalty": "wu", "alpha": args.alpha}  # GNMT's penalty: SAME_SEARCH
         model = str(args.opennmt_model.resolve())
         return {
             "id": model_id,
@@ -573,7 +591,13 @@ def int8_agreement(args: argparse.Namespace, sentences: list[str]) -> dict[str, 
 
     torch.set_num_threads(args.threads)
     chosen = sentences[: args.int8_agreement]
-    model = s2s.load(args.ours, beam_size=args.beam, precision="int8", lexical_shortlist=args.shortlist)
+    model = s2s.load(
+        args.ours,
+        beam_size=args.beam,
+        precision="int8",
+        lexical_shortlist=args.shortlist,
+        **ours_search(args),
+    )
     alone = [model.translate_one(line) for line in chosen]
     batched = [
         text for start in range(0, len(chosen), 32) for text in model.translate(chosen[start : start + 32])
@@ -682,6 +706,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         *header(result, "Serving under load"),
         *([ONE_REQUEST_AT_A_TIME, ""] if OPENNMT_LABEL in labels else []),
+        *([SAME_SEARCH.format(**settings), ""] if "alpha" in settings else []),
         f"Each cell: the median over {repeats} repeats (each a fresh start of every server in turn), "
         "requests/s with [min, max] when there were several. BLEU: sacreBLEU of each server's answers to "
         "the first sentences, each sent once.",
@@ -754,6 +779,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--seconds", type=float, default=120, help="seconds per concurrency level at most")
     add("--warmup", type=int, default=10, help="requests sent first and not counted")
     add("--beam", type=int, default=5)
+    add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent of both servers' search")
     add("--threads", type=int, default=2, help="CPU threads of each server")
     add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
     add("--mixed", action="store_true", help="ours alone, short requests beside a heavy client (docstring)")
@@ -805,6 +831,7 @@ def main(argv: list[str] | None = None) -> None:
             server.stop()
         finish(args, result, mixed_markdown if args.mixed else guards_markdown)
         return
+    result["settings"] |= {"alpha": args.alpha, "stopping": PEERS_RULE["stopping"]}
     try:
         compared = systems(args, env)
     except UserError as error:  # e.g. --shortlist without the run's table: one line, nothing measured

@@ -392,6 +392,12 @@ def test_the_peer_servers_conf_is_written_into_an_out_folder_not_yet_made(tmp_pa
     assert [entry["opt"]["n_best"] for entry in conf["models"]] == [1, 2]
     assert {entry["model"] for entry in conf["models"]} == {str(tmp_path / "m.pt")}
     assert all(entry["opt"]["beam_size"] == 4 for entry in conf["models"])
+    # the search rule ours is given too: GNMT's penalty ("wu" there) at one alpha, the peer's stopping
+    assert all(
+        entry["opt"] | {"length_penalty": "wu", "alpha": 0.6} == entry["opt"] for entry in conf["models"]
+    )
+    ours = " ".join(serve_load.ours_command(args, 1, []))
+    assert "--beam 4 --length-penalty gnmt --stopping top --alpha 0.6" in ours
     tokenizer = conf["models"][0]["tokenizer"]["tgt"]
     assert tokenizer["params"]["sp_model_path"] == str(tmp_path / "tgt.model")
 
@@ -456,11 +462,15 @@ def test_the_serving_table_gives_each_levels_median_over_the_repeats_and_the_rat
 @pytest.mark.e2e
 @pytest.mark.slow(seconds=20)
 def test_each_served_answer_is_scored_against_its_own_reference(tiny_run_dir: Path, tmp_path: Path) -> None:
-    """The BLEU sentences' answers come back in order, each the model's own translation, and are scored."""
+    """The BLEU sentences' answers come back in order, each the model's own translation under the peer's
+    search rule, and are scored."""
     import seq2seq_attn as s2s
 
     sources = (tiny_run_dir.parent / "data" / "test.src").read_text().splitlines()[:12]
-    own = s2s.load(tiny_run_dir, device="cpu", beam_size=2).translate(sources)
+    rule = serve_load.ours_search(
+        serve_load.parse_args(["--ours", "r", "--sentences", "s", "--alpha", "1.5"])
+    )
+    own = s2s.load(tiny_run_dir, device="cpu", beam_size=2, **rule).translate(sources)
     assert all(own), own
     (tmp_path / "src").write_text("".join(f"{line}\n" for line in sources))
     (tmp_path / "ref").write_text("".join(f"{line}\n" for line in own))
@@ -473,9 +483,14 @@ def test_each_served_answer_is_scored_against_its_own_reference(tiny_run_dir: Pa
         "--references",
         str(tmp_path / "ref"),
     ]
-    argv += ["--beam", "2", "--clients", "1,2", "--requests", "4", "--repeats", "2", "--warmup", "1"]
-    serve_load.main([*argv, "--threads", "1", "--out", str(tmp_path / "out"), "--doc", str(doc)])
-    (system,) = json.loads(doc.with_suffix(".json").read_text())["systems"]
+    argv += ["--beam", "2", "--alpha", "1.5", "--clients", "1,2", "--requests", "4", "--repeats", "2"]
+    serve_load.main(
+        [*argv, "--warmup", "1", "--threads", "1", "--out", str(tmp_path / "out"), "--doc", str(doc)]
+    )
+    result = json.loads(doc.with_suffix(".json").read_text())
+    assert result["settings"] | {"beam": 2, "alpha": 1.5, "stopping": "top"} == result["settings"]
+    assert serve_load.SAME_SEARCH.format(beam=2, alpha=1.5) in doc.read_text()
+    (system,) = result["systems"]
     assert system["bleu"]["answers"] == own and system["bleu"]["sentences"] == len(sources)
     assert system["bleu"]["bleu"] == round(bleu_metric(own).corpus_score(own, None).score, 2)
     assert len(system["repeats"]) == 2 and [level["clients"] for level in system["levels"]] == [1, 2]
