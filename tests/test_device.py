@@ -52,3 +52,20 @@ def test_tf32_products_switch_cublas_and_cudnn_and_put_them_back():
         with device.tf32_products(enabled):
             assert settings() == (enabled, enabled)
         assert settings() == before
+
+
+def test_decode_precision_runs_a_model_as_decode_precision_asks(monkeypatch):
+    """bf16: autocast; tf32 on a GPU: TF32 products (switched without one: only torch's flags change);
+    fp32: neither; torch's settings as they were afterwards."""
+    monkeypatch.setattr(device, "cpu_has_bf16", lambda: True)
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    tf32 = lambda: torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # noqa: E731
+    before = tf32(), torch.is_autocast_enabled("cpu")
+    with device.decode_precision("bf16", cpu):
+        assert torch.is_autocast_enabled("cpu") and not tf32()
+    with device.decode_precision("tf32", cuda):
+        assert tf32() and not torch.is_autocast_enabled("cuda")
+    for precision in ("fp32", "int8", "auto"):
+        with device.decode_precision(precision, cpu):
+            assert not tf32() and not torch.is_autocast_enabled("cpu")
+    assert (tf32(), torch.is_autocast_enabled("cpu")) == before

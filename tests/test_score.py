@@ -3,12 +3,14 @@ perplexity by length, and n-best rescoring."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import assert_one_line_error, run_main
 
 from seq2seq_attn.decoding.search import translate_ids
@@ -45,6 +47,19 @@ def test_the_score_of_a_search_output_is_the_searchs_own_log_probability(loaded,
     for (_, hyp), values in zip(pairs, scores, strict=True):
         assert len(values) == len(hyp.tokens) + 1  # every piece and EOS
         assert abs(math.fsum(values) - hyp.log_prob) <= 1e-4 * len(values)
+
+
+def test_scores_run_in_the_decode_precision(loaded, monkeypatch) -> None:
+    """The forced pass runs as search does, in `decode.precision` (TF32 products under `tf32`)."""
+    from seq2seq_attn.decoding import forced
+
+    model, vocab, config = loaded
+    asked: list[tuple] = []
+    recorded = lambda *how: asked.append(how) or contextlib.nullcontext()  # noqa: E731
+    monkeypatch.setattr(forced, "decode_precision", recorded)
+    decode = dataclasses.replace(config.decode, precision="tf32")
+    score_ids(model, vocab.encode_src(["the cat"]), [[5]], decode, "cpu")
+    assert asked == [("tf32", torch.device("cpu"))]
 
 
 def test_rows_follow_the_input_lines(loaded) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..model.device import bf16_autocast
+from ..model.device import decode_precision
 from ..vocab.batching import collate
 from .search import length_batches
 
@@ -72,12 +72,13 @@ def forced_pass(
     *,
     log_probs: bool = False,
     attention: bool = False,
-    bf16: bool = False,
+    precision: str = "fp32",
     done: Callable[[int], object] | None = None,
 ) -> list[Forced]:
     """Every pair forced through `model`, batch by batch as planned; per pair what was asked for. Sources
-    must not be empty. Under `bf16` the model runs in bf16 autocast (log-probabilities in fp32); `done` is
-    told the size of each finished batch (a progress bar)."""
+    must not be empty. The model runs in `precision` (`decode.precision`: bf16 autocast or TF32 products where
+    it asks for them; log-probabilities in fp32); `done` is told the size of each finished batch (a progress
+    bar)."""
     device = torch.device(device)
     results: list[Forced] = [Forced(None, None)] * len(src_ids)
     with evaluating(model), torch.inference_mode():
@@ -86,7 +87,7 @@ def forced_pass(
                 [np.asarray(src_ids[i], dtype=np.int64) for i in batch_ids],
                 [np.asarray(tgt_ids[i], dtype=np.int64) for i in batch_ids],
             ).to(device)
-            with bf16_autocast(device.type, bf16):
+            with decode_precision(precision, device):
                 output = model(batch.src, batch.src_lengths, batch.tgt_in, return_attention=attention)
             logits, weights = output if attention else (output, None)  # (batch, tgt_len + 1, vocab)
             picked = None

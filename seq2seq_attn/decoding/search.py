@@ -69,7 +69,7 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
-from ..model.device import bf16_autocast, tf32_products, uses_bf16, uses_tf32
+from ..model.device import decode_precision
 from ..vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 if TYPE_CHECKING:
@@ -544,7 +544,6 @@ def translate_ids(
     model's); a sentence then costs its longest reading.
     """
     device = torch.device(device)
-    bf16, tf32 = uses_bf16(decode_cfg.precision, device), uses_tf32(decode_cfg.precision, device)
     budget = batch_tokens or decode_cfg.batch_tokens
     most = decode_cfg.batch_sentences or len(src_ids)
     readings = [src_ids, *other_src_ids]  # (models, sentences, ids): each model's ids of each sentence
@@ -556,7 +555,7 @@ def translate_ids(
     try:
         for batch in length_batches(order, lengths, budget, most):
             src, src_lengths = pad_sources([[ids[i] for i in batch] for ids in readings], device)
-            with bf16_autocast(device.type, bf16), tf32_products(tf32):
+            with decode_precision(decode_cfg.precision, device):
                 searched = search_with_retries(model, src, src_lengths, decode_cfg, with_attention)
             for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps

@@ -89,6 +89,15 @@ def bf16_autocast(device_type: str, enabled: bool) -> torch.autocast:
     return torch.autocast(device_type, dtype=torch.bfloat16, enabled=enabled)
 
 
+@contextlib.contextmanager
+def decode_precision(precision: str, device: torch.device) -> Iterator[None]:
+    """Inside: a model run in `decode.precision` on `device` (bf16 autocast or TF32 products where it asks
+    for them), as search and the forced pass run it."""
+    bf16, tf32 = uses_bf16(precision, device), uses_tf32(precision, device)
+    with bf16_autocast(device.type, bf16), tf32_products(tf32):
+        yield
+
+
 def attention_dtype(device_type: str) -> torch.dtype:
     """The dtype of attention's scores, softmax and context products under autocast.
 

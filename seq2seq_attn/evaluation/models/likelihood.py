@@ -37,7 +37,6 @@ from ...decoding.search import length_penalty
 from ...decoding.translate import clean
 from ...errors import UserError
 from ...io import read_lines
-from ...model.device import uses_bf16
 from ...vocab.pieces import Vocab
 from ..metrics.buckets import bucket_index, bucket_labels, check_edges, word_counts, words_unit
 from ..metrics.report import words_label
@@ -75,14 +74,20 @@ def score_ids(
 
     Pairs are batched as search batches them (`forced.by_tokens`: source plus target pieces per row,
     padded, within `decode.batch_tokens` and `decode.batch_sentences`); sources must not be empty. Runs in
-    the decode precision (bf16 autocast where `decode.precision` asks for it; log-probabilities in fp32).
+    the decode precision (`forced_pass`).
     """
     lengths = [len(s) + len(t) + 2 for s, t in zip(src_ids, tgt_ids, strict=True)]
     batches = by_tokens(lengths, decode_cfg.batch_tokens, decode_cfg.batch_sentences)
-    bf16 = uses_bf16(decode_cfg.precision, torch.device(device))
     with progress(total=len(src_ids), unit=" pairs", desc="score") as bar:
         forced = forced_pass(
-            model, src_ids, tgt_ids, device, batches, log_probs=True, bf16=bf16, done=bar.update
+            model,
+            src_ids,
+            tgt_ids,
+            device,
+            batches,
+            log_probs=True,
+            precision=decode_cfg.precision,
+            done=bar.update,
         )
     return [pair.log_probs for pair in forced]
 
