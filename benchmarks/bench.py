@@ -60,6 +60,8 @@ PROG = f"python -m {__spec__.name}"  # how it is run, for --help and the report
 RESULTS = ROOT / "benchmarks/results/side_by_side.md"  # the latest run per device and corpus
 CURVE_RESULTS = ROOT / "benchmarks/results/quality_curves.md"
 REPS, BUDGET_MIN, SEEDS = 3, 5.0, [1, 2]  # the defaults of --reps, --budget, --seeds
+# a committed report shows a folder outside the repository by its placeholder, not by this machine's path
+PLACEHOLDERS = {"--out": report.OUT, "--cache": "CACHE", "--doc": "DOC"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -391,7 +393,7 @@ def side_by_side(bench: Bench) -> None:
         _warn(result, warning)
     report.summarise(result)
     write_json(out / "results.json", result)
-    json_path = report.save(result, args.doc)
+    json_path = report.save(result, args.doc, args.out)
     print(report.markdown({result["machine"]["device"]: result}))
     print(f"bench: wrote {args.doc} and {json_path}; logs under {out}", file=sys.stderr)
 
@@ -422,7 +424,7 @@ def quality_curves(bench: Bench) -> None:
         curves.add_seeds(result, before)
     curves.summarise(result)
     write_json(out / "results.json", result)
-    json_path = curves.save(result, args.doc)
+    json_path = curves.save(result, args.doc, args.out)
     print(curves.markdown(result))
     print(f"bench: wrote {args.doc}, {json_path} and the plot; logs under {out}", file=sys.stderr)
 
@@ -763,15 +765,10 @@ def _corpus(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
 
 
 def _command(args: argparse.Namespace, argv: list[str]) -> str:
-    """The command as run; with --corpus-name, the --corpus folder written as that name."""
-    words = list(argv)
-    if args.corpus and args.corpus_name:
-        for i, word in enumerate(words):
-            if word.startswith("--corpus="):
-                words[i] = f"--corpus={args.corpus_name}"
-            elif i and words[i - 1] == "--corpus":
-                words[i] = args.corpus_name
-    return f"{PROG} " + shlex.join(words)
+    """The command as run, its folders outside the repository by their placeholders; with --corpus-name,
+    the --corpus folder written as that name."""
+    named = {"--corpus": args.corpus_name} if args.corpus and args.corpus_name else {}
+    return report.shown_command(PROG, argv, PLACEHOLDERS | named)
 
 
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:

@@ -155,11 +155,11 @@ def _sitting(result: dict[str, Any]) -> dict[str, Any]:
 # files
 
 
-def save(result: dict[str, Any], doc: Path) -> Path:
-    """Write `result` as JSON next to `doc`, its plot (`<doc>.png`) and `doc`, its report; returns the
-    JSON's path."""
+def save(result: dict[str, Any], doc: Path, out: Path) -> Path:
+    """Write `result` (its paths `portable`) as JSON next to `doc`, its plot (`<doc>.png`) and `doc`, its
+    report; returns the JSON's path."""
     path = doc.with_suffix(".json")
-    write_json(path, portable(result))
+    write_json(path, portable(result, out=out))
     plot(result, doc.with_suffix(".png"))
     write_text(doc, markdown(result, doc.with_suffix(".png").name))
     return path

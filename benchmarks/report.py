@@ -10,6 +10,7 @@ regenerated from the whole file.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from statistics import median
@@ -22,6 +23,7 @@ from . import logs
 from .machine import COMPETING_CORES, summary
 
 REPOSITORY = Path(__file__).resolve().parents[1]
+OUT = "OUT"  # how a committed report names an output folder outside the repository
 
 # (key, label, decimals) of every per-run figure, in table order
 FIGURES = [
@@ -167,11 +169,12 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
 # files
 
 
-def save(result: dict[str, Any], doc: Path) -> Path:
-    """Store `result` in the JSON next to `doc` (by device and corpus), regenerate `doc`; returns the JSON."""
+def save(result: dict[str, Any], doc: Path, out: Path) -> Path:
+    """Store `result` (its paths `portable`) in the JSON next to `doc` (by device and corpus), regenerate
+    `doc`; returns the JSON."""
     path = doc.with_suffix(".json")
     results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    results[f"{result['machine']['device']} {result['corpus']['id']}"] = portable(result)
+    results[f"{result['machine']['device']} {result['corpus']['id']}"] = portable(result, out=out)
     write_json(path, results)
     write_text(doc, markdown(results))
     return path
@@ -186,10 +189,37 @@ def map_strings(value: Any, change: Callable[[str], str]) -> Any:
     return change(value) if isinstance(value, str) else value
 
 
-def portable(value: Any, root: Path = REPOSITORY) -> Any:
-    """`value` with absolute paths inside the repository made relative to it (the report is committed)."""
-    prefix = f"{root}/"
-    return map_strings(value, lambda text: text[len(prefix) :] if text.startswith(prefix) else text)
+def shown_command(prog: str, argv: list[str], placeholders: dict[str, str]) -> str:
+    """The command as a committed report shows it: the value of each option in `placeholders` (`--opt v` or
+    `--opt=v`) relative to the repository when inside it, else the option's placeholder, not this machine's
+    path."""
+
+    def shown(option: str, value: str) -> str:
+        path = Path(value).resolve()
+        return str(path.relative_to(REPOSITORY)) if path.is_relative_to(REPOSITORY) else placeholders[option]
+
+    words = list(argv)
+    for i, word in enumerate(argv):
+        option, equals, value = word.partition("=")
+        if equals and option in placeholders:
+            words[i] = f"{option}={shown(option, value)}"
+        elif i and argv[i - 1] in placeholders:
+            words[i] = shown(argv[i - 1], word)
+    return f"{prog} " + shlex.join(words)
+
+
+def portable(value: Any, root: Path = REPOSITORY, out: Path | None = None) -> Any:
+    """`value` with absolute paths inside the repository made relative to it, and those inside an `out`
+    folder elsewhere written from OUT (the report is committed: no machine's paths)."""
+    prefixes = {f"{root}/": ""}
+    if out is not None and not out.resolve().is_relative_to(root):
+        prefixes[f"{out.resolve()}/"] = f"{OUT}/"
+
+    def shown(text: str) -> str:
+        prefix = next((prefix for prefix in prefixes if text.startswith(prefix)), None)
+        return text if prefix is None else prefixes[prefix] + text[len(prefix) :]
+
+    return map_strings(value, shown)
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:

@@ -48,7 +48,6 @@ import argparse
 import asyncio
 import json
 import os
-import shlex
 import signal
 import socket
 import statistics
@@ -69,7 +68,7 @@ from seq2seq_attn.io import read_lines, write_json, write_text
 from seq2seq_attn.serving.limits import ConnectionLimits, Limits
 
 from .machine import describe, load_warning, provenance_warnings, summary
-from .report import map_strings, medians, ranges
+from .report import OUT, map_strings, medians, ranges, shown_command
 
 ROOT = Path(__file__).resolve().parent.parent
 PROG = f"python -m {__spec__.name}"
@@ -103,7 +102,7 @@ PLACEHOLDERS = {
     "--sentences": "TEST_SOURCES",
     "--references": "TEST_REFERENCES",
     "--cache": "CACHE",
-    "--out": "OUT",
+    "--out": OUT,
     "--record": "FIXTURE",
     "--doc": "DOC",
 }
@@ -549,17 +548,6 @@ def measure_guards(server: Server, sentences: list[str]) -> dict[str, Any]:
     }
 
 
-def shown_command(argv: list[str]) -> str:
-    """The command as the report shows it: each path option's value relative to the repository when it is
-    inside it, else its placeholder (PLACEHOLDERS)."""
-    shown = list(argv)
-    for i, (option, value) in enumerate(zip(argv, argv[1:], strict=False)):
-        if option in PLACEHOLDERS:
-            path = Path(value).resolve()
-            shown[i + 1] = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else PLACEHOLDERS[option]
-    return f"{PROG} " + shlex.join(shown)
-
-
 def file_names(value: Any) -> Any:
     """`value` with every absolute path replaced by its file name (a recording holds no machine's paths)."""
     return map_strings(value, lambda text: Path(text).name if text.startswith("/") else text)
@@ -811,7 +799,7 @@ def main(argv: list[str] | None = None) -> None:
     sentences, references = [sentences[i] for i in kept], [references[i] for i in kept] if references else []
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     result: dict[str, Any] = {
-        "command": shown_command(sys.argv[1:] if argv is None else argv),
+        "command": shown_command(PROG, sys.argv[1:] if argv is None else argv, PLACEHOLDERS),
         "machine": describe("cpu", args.threads),
         "settings": {"beam": args.beam, "threads": args.threads, "requests": args.requests,
                      "seconds": args.seconds, "clients": args.clients, "route": ROUTE,

@@ -418,7 +418,7 @@ def test_serve_load_with_shortlist_stops_in_one_line_before_any_server_when_the_
 def test_the_serving_report_shows_no_machines_paths() -> None:
     argv = ["--ours", "/somewhere/run", "--sentences", "/data/test.en", "--requests", "3"]
     argv += ["--doc", str(ROOT / "benchmarks/results/x.md"), "--cache", str(ROOT / ".bench")]
-    assert serve_load.shown_command(argv) == (
+    assert serve_load.shown_command(serve_load.PROG, argv, serve_load.PLACEHOLDERS) == (
         "python -m benchmarks.serve_load --ours RUN --sentences TEST_SOURCES --requests 3 "
         "--doc benchmarks/results/x.md --cache .bench"
     )
@@ -579,10 +579,10 @@ def test_run_job_counts_the_cores_other_processes_keep_busy(tmp_path):
 def test_markdown_and_json_keep_one_section_per_device_and_corpus(tmp_path):
     doc = tmp_path / "results" / "side_by_side.md"
     doc.parent.mkdir()
-    report.save(report.summarise(_result("cuda")), doc)
-    report.save(report.summarise(_result("cpu", "en-fr")), doc)
-    json_path = report.save(report.summarise(_result("cpu")), doc)  # replaces nothing: a new key
-    report.save(report.summarise(_result("cpu")), doc)  # the same device and corpus: replaced
+    report.save(report.summarise(_result("cuda")), doc, tmp_path)
+    report.save(report.summarise(_result("cpu", "en-fr")), doc, tmp_path)
+    json_path = report.save(report.summarise(_result("cpu")), doc, tmp_path)  # replaces nothing: a new key
+    report.save(report.summarise(_result("cpu")), doc, tmp_path)  # the same device and corpus: replaced
     assert json_path == doc.with_suffix(".json")
     saved = json.loads(json_path.read_text(encoding="utf-8"))
     assert sorted(saved) == ["cpu en-fr", "cpu synthetic", "cuda synthetic"]
@@ -959,6 +959,8 @@ def test_corpus_name_replaces_the_local_folder_in_the_command_settings_and_headi
         == "python -m benchmarks.bench --corpus EN_FR_1K --corpus-name EN_FR_1K --reps 1"
     )
     assert bench._command(named, [f"--corpus={corpus}"]).endswith(" --corpus=EN_FR_1K")
+    folders = ["--out", str(tmp_path / "out"), f"--cache={tmp_path}", "--doc", str(ROOT / "benchmarks/x.md")]
+    assert bench._command(named, folders).endswith(" --out OUT --cache=CACHE --doc benchmarks/x.md")
     assert bench._corpus(named, data) == {
         "id": "EN_FR_1K",
         "name": "EN_FR_1K (en-fr)",
@@ -1082,12 +1084,24 @@ def test_bench_step_times_every_variant_and_writes_its_report(tmp_path, capsys, 
     assert bad.value.code == 2 and "--precision" in capsys.readouterr().err
 
 
+def test_no_committed_reports_command_shows_a_machines_path() -> None:
+    """The commands the committed reports show name folders outside the repository by placeholders."""
+    reports = [*(ROOT / "benchmarks/results").rglob("*.md"), *(ROOT / "docs/results").rglob("*.md")]
+    lines = [line for report in reports for line in report.read_text().splitlines()]
+    commands = [line for line in lines if "-m benchmarks." in line]
+    assert len(commands) > 10
+    for command in commands:
+        assert not re.search(r"[ =]/", command), command
+
+
 def test_the_committed_report_holds_no_absolute_paths_into_the_repository(tmp_path):
     root = tmp_path / "repo"
     result = {"runs": [{"train_log": f"{root}/runs/x/train.log", "other": "/elsewhere/log", "n": 3}]}
     assert report.portable(result, root) == {
         "runs": [{"train_log": "runs/x/train.log", "other": "/elsewhere/log", "n": 3}]
     }
+    # an output folder outside the repository is written from its placeholder
+    assert report.portable(result, root, Path("/elsewhere"))["runs"][0]["other"] == "OUT/log"
 
 
 PLACEHOLDERS = {"EN_FR": "DIR", "CONFIG...": "configs/small_rnnsearch.yaml"}  # what the docs leave to fill in
@@ -1589,7 +1603,7 @@ def test_curves_report_medians_and_ranges_per_point_and_draw_one_plot(tmp_path):
 
     doc = tmp_path / "results" / "quality_curves.md"
     doc.parent.mkdir()
-    json_path = curves.save(result, doc)
+    json_path = curves.save(result, doc, tmp_path)
     assert json.loads(json_path.read_text(encoding="utf-8"))["settings"]["seeds"] == [1, 2]
     assert doc.with_suffix(".png").stat().st_size > 10_000
     text = doc.read_text(encoding="utf-8")
@@ -1622,14 +1636,14 @@ def test_seeds_of_two_sittings_make_one_curve_with_both_machines_named(tmp_path)
     whole = curves.summarise(_curve_result())
     first, second = (_split_by_seed(_curve_result(), [seed], f"CPU {seed}") for seed in (1, 2))
     doc = tmp_path / "quality_curves.md"
-    curves.save(curves.summarise(first), doc)
+    curves.save(curves.summarise(first), doc, tmp_path)
 
     merged = curves.summarise(curves.add_seeds(second, curves.earlier(doc.with_suffix(".json"), second)))
     assert merged["settings"]["seeds"] == [1, 2]
     assert merged["toolkits"]["ours"]["summary"] == whole["toolkits"]["ours"]["summary"]
     assert [s["seeds"] for s in merged["sessions"]] == [[1], [2]]
     assert "different machines" in merged["warnings"][-1]
-    curves.save(merged, doc)
+    curves.save(merged, doc, tmp_path)
     text = doc.read_text(encoding="utf-8")
     assert "- seed 1: CPU 1, 2 cores" in text
     assert "`python -m benchmarks.bench --curves 10,20,30 --seeds 2`" in text
