@@ -36,6 +36,15 @@ seconds until it closes a silent connection, answers a body that stops arriving,
 SIGTERM while HEAVY_IN_FLIGHT of the largest requests are searched and a body stalls: when each request is
 answered and how, when the process exits and with what status, and whether its log holds a traceback.
 
+`--alone N` measures one request at a time instead: every server started side by side, one client sends
+the first N sentences one at a time to each server in turn (who goes first rotates), so that a slow moment
+of the machine falls on all of them; per server the median latency over the sentences after the first
+`--warmup`, once per `--repeats` start. A one-sentence latency varies from run to run far more than a
+rate under load does: this is the measurement that compares the servers alone.
+
+    python -m benchmarks.serve_load --ours RUN --opennmt-model M.pt --opennmt-sp-src S.model \
+        --opennmt-sp-tgt T.model --sentences test.en --alone 90 --doc benchmarks/results/serve_alone.md
+
 `--int8-agreement N` also measures how often the int8 copy's answer for a sentence changes when it is
 searched among others (int8 quantises each batch's activations together) instead of alone.
 `--record FILE` writes what OpenNMT-py's server answered to a few requests (the fixture the server's
@@ -570,6 +579,33 @@ def record(server: Server, path: Path) -> None:
     write_json(path, answers)
 
 
+def measure_alone(compared: list[Served], sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """`--alone`: every server started side by side, one client sending the sentences one at a time to each
+    in turn (module docstring); per server one median latency per start."""
+    chosen = sentences[: args.alone]
+    medians: dict[str, list[float]] = {served.label: [] for served in compared}
+    for repeat in range(1, args.repeats + 1):
+        servers: list[Server] = []
+        try:
+            for served in compared:
+                port, log = free_port(), args.out / f"{served.label}.alone.{repeat}.log"
+                servers.append(start(served.label, served.command(port), served.env, log, port))
+            seconds: dict[str, list[float]] = {server.label: [] for server in servers}
+            with httpx.Client(timeout=300) as http:
+                for i, sentence in enumerate(chosen):
+                    for server in servers[i % len(servers) :] + servers[: i % len(servers)]:
+                        began = time.perf_counter()
+                        http.post(f"{server.url}{ROUTE}", json=body([sentence])).raise_for_status()
+                        if i >= args.warmup:
+                            seconds[server.label].append(time.perf_counter() - began)
+            for label, values in seconds.items():
+                medians[label].append(round(1000 * statistics.median(values), 1))
+        finally:
+            for server in servers:
+                server.stop()
+    return {"sentences": len(chosen), "counted": len(chosen) - args.warmup, "p50_ms": medians}
+
+
 def int8_agreement(args: argparse.Namespace, sentences: list[str]) -> dict[str, Any]:
     """How often the int8 copy's best translation of a sentence differs between searching it alone and
     among 31 others (the batches the server would make if it mixed int8 requests)."""
@@ -604,6 +640,25 @@ def header(result: dict[str, Any], title: str) -> list[str]:
         *(f"\n**Warning**: {warning}" for warning in result["warnings"]),
         "",
     ]
+
+
+def alone_markdown(result: dict[str, Any]) -> str:
+    alone, settings = result["alone"], result["settings"]
+    lines = [
+        *header(result, "One request at a time"),
+        SAME_SEARCH.format(**settings),
+        "",
+        f"Every server started side by side, {settings['repeats']} times; one client sends the first "
+        f"{alone['sentences']} test sentences one at a time to each server in turn (who goes first rotates). "
+        f"Each cell: a server's median latency over the last {alone['counted']} in one start.",
+        "",
+        "| system | p50 ms per start | median |",
+        "|---|---|---:|",
+    ]
+    for label, values in alone["p50_ms"].items():
+        each = ", ".join(map(_number, values))
+        lines.append(f"| {label} | {each} | {_number(statistics.median(values))} |")
+    return "\n".join(lines) + "\n"
 
 
 def mixed_markdown(result: dict[str, Any]) -> str:
@@ -770,6 +825,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent of both servers' search")
     add("--threads", type=int, default=2, help="CPU threads of each server")
     add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
+    add("--alone", type=int, default=0, help="one request at a time to servers side by side (docstring)")
     add("--mixed", action="store_true", help="ours alone, short requests beside a heavy client (docstring)")
     add("--guards", action="store_true", help="ours alone: careless clients' timeouts and a stop (docstring)")
     add(
@@ -781,7 +837,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--doc", type=Path, help="markdown (JSON next to it); default results/serve_load.md or serve_mixed.md"
     )
     args = parser.parse_args(argv)
-    name = "serve_mixed.md" if args.mixed else "serve_guards.md" if args.guards else "serve_load.md"
+    modes = {"serve_mixed.md": args.mixed, "serve_guards.md": args.guards, "serve_alone.md": args.alone}
+    name = next((name for name, chosen in modes.items() if chosen), "serve_load.md")
     args.doc = args.doc or ROOT / "benchmarks/results" / name
     return args
 
@@ -824,6 +881,10 @@ def main(argv: list[str] | None = None) -> None:
         compared = systems(args, env)
     except UserError as error:  # e.g. --shortlist without the run's table: one line, nothing measured
         raise SystemExit(f"serve_load: {error}") from None
+    if args.alone:
+        result["alone"] = measure_alone(compared, sentences, args)
+        finish(args, result, alone_markdown)
+        return
     result["systems"] = compare(compared, sentences, references, args, result)
     if args.int8_agreement:
         result["int8_agreement"] = int8_agreement(args, sentences)
