@@ -36,14 +36,16 @@ seconds until it closes a silent connection, answers a body that stops arriving,
 SIGTERM while HEAVY_IN_FLIGHT of the largest requests are searched and a body stalls: when each request is
 answered and how, when the process exits and with what status, and whether its log holds a traceback.
 
-`--alone N` measures one request at a time instead: every server started side by side, one client sends
+`--interleave N` measures one request at a time instead: every server started side by side, one client sends
 the first N sentences one at a time to each server in turn (who goes first rotates), so that a slow moment
 of the machine falls on all of them; per server the median latency over the sentences after the first
 `--warmup`, once per `--repeats` start. A one-sentence latency varies from run to run far more than a
-rate under load does: this is the measurement that compares the servers alone.
+rate under load does, so this compares the servers one request at a time in one sitting; each server has
+the machine to itself only while it answers, the others idle meanwhile.
 
     python -m benchmarks.serve_load --ours RUN --opennmt-model M.pt --opennmt-sp-src S.model \
-        --opennmt-sp-tgt T.model --sentences test.en --alone 90 --doc benchmarks/results/serve_alone.md
+        --opennmt-sp-tgt T.model --sentences test.en --interleave 90 \
+        --doc benchmarks/results/serve_interleaved.md
 
 `--int8-agreement N` also measures how often the int8 copy's answer for a sentence changes when it is
 searched among others (int8 quantises each batch's activations together) instead of alone.
@@ -579,16 +581,18 @@ def record(server: Server, path: Path) -> None:
     write_json(path, answers)
 
 
-def measure_alone(compared: list[Served], sentences: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """`--alone`: every server started side by side, one client sending the sentences one at a time to each
-    in turn (module docstring); per server one median latency per start."""
-    chosen = sentences[: args.alone]
+def measure_interleaved(
+    compared: list[Served], sentences: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """`--interleave`: every server started side by side, one client sending the sentences one at a time
+    to each in turn (module docstring); per server one median latency per start."""
+    chosen = sentences[: args.interleave]
     medians: dict[str, list[float]] = {served.label: [] for served in compared}
     for repeat in range(1, args.repeats + 1):
         servers: list[Server] = []
         try:
             for served in compared:
-                port, log = free_port(), args.out / f"{served.label}.alone.{repeat}.log"
+                port, log = free_port(), args.out / f"{served.label}.interleaved.{repeat}.log"
                 servers.append(start(served.label, served.command(port), served.env, log, port))
             seconds: dict[str, list[float]] = {server.label: [] for server in servers}
             with httpx.Client(timeout=300) as http:
@@ -642,20 +646,20 @@ def header(result: dict[str, Any], title: str) -> list[str]:
     ]
 
 
-def alone_markdown(result: dict[str, Any]) -> str:
-    alone, settings = result["alone"], result["settings"]
+def interleaved_markdown(result: dict[str, Any]) -> str:
+    interleaved, settings = result["interleaved"], result["settings"]
     lines = [
         *header(result, "One request at a time"),
         SAME_SEARCH.format(**settings),
         "",
         f"Every server started side by side, {settings['repeats']} times; one client sends the first "
-        f"{alone['sentences']} test sentences one at a time to each server in turn (who goes first rotates). "
-        f"Each cell: a server's median latency over the last {alone['counted']} in one start.",
+        f"{interleaved['sentences']} test sentences one at a time to each server in turn (who goes first "
+        f"rotates). Each cell: one start's median latency over the last {interleaved['counted']}.",
         "",
         "| system | p50 ms per start | median |",
         "|---|---|---:|",
     ]
-    for label, values in alone["p50_ms"].items():
+    for label, values in interleaved["p50_ms"].items():
         each = ", ".join(map(_number, values))
         lines.append(f"| {label} | {each} | {_number(statistics.median(values))} |")
     return "\n".join(lines) + "\n"
@@ -825,7 +829,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--alpha", type=float, default=0.6, help="GNMT length-penalty exponent of both servers' search")
     add("--threads", type=int, default=2, help="CPU threads of each server")
     add("--int8-agreement", type=int, default=0, help="sentences for the int8 batching agreement (0: skip)")
-    add("--alone", type=int, default=0, help="one request at a time to servers side by side (docstring)")
+    add("--interleave", type=int, default=0, help="one request at a time to servers side by side (docstring)")
     add("--mixed", action="store_true", help="ours alone, short requests beside a heavy client (docstring)")
     add("--guards", action="store_true", help="ours alone: careless clients' timeouts and a stop (docstring)")
     add(
@@ -837,7 +841,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--doc", type=Path, help="markdown (JSON next to it); default results/serve_load.md or serve_mixed.md"
     )
     args = parser.parse_args(argv)
-    modes = {"serve_mixed.md": args.mixed, "serve_guards.md": args.guards, "serve_alone.md": args.alone}
+    if args.interleave and args.interleave <= args.warmup:
+        parser.error(f"--interleave {args.interleave} leaves no sentence after --warmup {args.warmup}")
+    modes = {"serve_mixed.md": args.mixed, "serve_guards.md": args.guards}
+    modes["serve_interleaved.md"] = bool(args.interleave)
     name = next((name for name, chosen in modes.items() if chosen), "serve_load.md")
     args.doc = args.doc or ROOT / "benchmarks/results" / name
     return args
@@ -881,9 +888,9 @@ def main(argv: list[str] | None = None) -> None:
         compared = systems(args, env)
     except UserError as error:  # e.g. --shortlist without the run's table: one line, nothing measured
         raise SystemExit(f"serve_load: {error}") from None
-    if args.alone:
-        result["alone"] = measure_alone(compared, sentences, args)
-        finish(args, result, alone_markdown)
+    if args.interleave:
+        result["interleaved"] = measure_interleaved(compared, sentences, args)
+        finish(args, result, interleaved_markdown)
         return
     result["systems"] = compare(compared, sentences, references, args, result)
     if args.int8_agreement:

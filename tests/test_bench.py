@@ -500,19 +500,23 @@ def test_each_served_answer_is_scored_against_its_own_reference(tiny_run_dir: Pa
 
 @pytest.mark.e2e
 @pytest.mark.slow(seconds=15)
-def test_alone_sends_one_sentence_at_a_time_and_reports_each_starts_median(
+def test_interleave_sends_one_sentence_at_a_time_to_each_server_and_reports_each_starts_median(
     tiny_run_dir: Path, tmp_path: Path
 ) -> None:
     sources = (tiny_run_dir.parent / "data" / "test.src").read_text().splitlines()[:6]
     (tmp_path / "src").write_text("".join(f"{line}\n" for line in sources))
-    argv = ["--ours", str(tiny_run_dir), "--sentences", str(tmp_path / "src"), "--alone", "4", "--beam", "2"]
-    assert serve_load.parse_args(argv).doc.name == "serve_alone.md"
-    doc = tmp_path / "alone.md"
-    argv += ["--warmup", "1", "--repeats", "2", "--threads", "1", "--out", str(tmp_path / "out")]
+    argv = ["--ours", str(tiny_run_dir), "--sentences", str(tmp_path / "src"), "--interleave", "4"]
+    with pytest.raises(SystemExit) as few:  # nothing would be counted after the warm-up
+        serve_load.parse_args([*argv, "--warmup", "4"])
+    assert few.value.code == 2
+    argv += ["--warmup", "1", "--beam", "2"]
+    assert serve_load.parse_args(argv).doc.name == "serve_interleaved.md"
+    doc = tmp_path / "interleaved.md"
+    argv += ["--repeats", "2", "--threads", "1", "--out", str(tmp_path / "out")]
     serve_load.main([*argv, "--doc", str(doc)])
-    alone = json.loads(doc.with_suffix(".json").read_text())["alone"]
-    assert (alone["sentences"], alone["counted"]) == (4, 3)
-    ((label, medians),) = alone["p50_ms"].items()
+    interleaved = json.loads(doc.with_suffix(".json").read_text())["interleaved"]
+    assert (interleaved["sentences"], interleaved["counted"]) == (4, 3)
+    ((label, medians),) = interleaved["p50_ms"].items()
     assert label == "seq2seq-attn fp32" and len(medians) == 2 and all(value > 0 for value in medians)
     text = doc.read_text()
     assert text.startswith("# One request at a time") and f"| {label} | " in text
