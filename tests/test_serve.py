@@ -41,6 +41,7 @@ from seq2seq_attn.serving.batching import MicroBatcher
 from seq2seq_attn.serving.hosting import ModelSpec, host_models, read_conf
 from seq2seq_attn.serving.limits import BatchLimits, Limits
 from seq2seq_attn.serving.opennmt import word_alignment
+from seq2seq_attn.serving.server import listen
 from seq2seq_attn.serving.threads import FreshThreads, in_own_thread
 
 LINES = ["the cat sat on the mat", "a big red dog ran to the house", "", "the dog sat"]
@@ -675,6 +676,31 @@ def test_a_port_taken_is_a_one_line_error_before_any_serving_line(tiny_run_dir: 
         port = str(taken.getsockname()[1])
         result = run_main("serve", "--model", str(tiny_run_dir), "--port", port)
     assert_one_line_error(result, f"cannot listen on 127.0.0.1:{port}", "in use")
+
+
+def test_the_servers_connections_send_each_write_at_once() -> None:
+    """Connections accepted on the listening socket have Nagle's algorithm off (TCP_NODELAY), as asyncio
+    sets it for TCP sockets: with it on, an answer written in parts waits for the client's delayed
+    acknowledgement whenever the client sends its next request at once (serving/server.py, `listen`)."""
+
+    async def nodelay_of_a_connection() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            sock = writer.get_extra_info("socket")
+            accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        server = await asyncio.start_server(connected, sock=listen("127.0.0.1", 0))
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(accepted, 10)
+        finally:
+            writer.close()
+            server.close()
+
+    assert asyncio.run(nodelay_of_a_connection()) != 0
 
 
 # ----------------------------------------------------------------------------------------------------------
