@@ -8,9 +8,9 @@ of `--batch` sentences (or as many as `--tokens` padded positions hold) of `--sr
 (training/step.py: the config's optimiser, gradient clipping at `train.clip_norm`, the learning-rate
 schedule stepping from update 0), with `--cuda-graphs on` replayed from CUDA graphs as `train.cuda_graphs`
 does (its batch padded as training pads it). Beam search runs exactly `--tgt-len` steps (min and max length
-both set to it), so its time per step is comparable across models; it is measured once per variant without
-graphs (graphs change only the update). `--compile` adds variants whose attention runs compiled
-(`train.compile` / `decode.compile`), training and search.
+both set to it), so its time per step is comparable across models; with `--cuda-graphs on` its decoder step
+is replayed from CUDA graphs as `decode.cuda_graphs` does (decoding/graphs.py). `--compile` adds variants
+whose attention runs compiled (`train.compile` / `decode.compile`), training and search.
 
     python -m benchmarks.bench_step configs/small_rnnsearch.yaml configs/small_luong.yaml \\
         --precision fp32,bf16 --out benchmarks/results/step
@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from seq2seq_attn.config import Config, load_config
+from seq2seq_attn.decoding.graphs import StepGraphs
 from seq2seq_attn.decoding.search import beam_search
 from seq2seq_attn.io import write_json, write_text
 from seq2seq_attn.model import build_model
@@ -115,7 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add(
         "--cuda-graphs",
         default="off",
-        help="comma-separated: off, on (the update replayed from CUDA graphs, train.cuda_graphs; CUDA only)",
+        help="comma-separated: off, on (the update and the search step replayed from CUDA graphs, "
+        "train.cuda_graphs and decode.cuda_graphs; CUDA only)",
     )
     add("--device", default="cpu", help="cpu or cuda")
     add("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
@@ -255,10 +257,12 @@ def measure(
         }
         if args.profile:
             row["train_profile"] = profile(train_update, device, units=1)
-        if args.beam and not graphs:
+        if args.beam:
             model.eval()
             optimizer.zero_grad(set_to_none=True)  # the search's peak without the training's gradients
-            row |= measure_search(model, collate(*sides).to(device), config, shapes, bf16, device, args)
+            row |= measure_search(
+                model, collate(*sides).to(device), config, shapes, bf16, graphs, device, args
+            )
     return row
 
 
@@ -271,9 +275,10 @@ def random_sides(shapes: Shapes) -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 
 def measure_search(
-    model, batch: Batch, config: Config, shapes: Shapes, bf16: bool, device: torch.device, args
+    model, batch: Batch, config: Config, shapes: Shapes, bf16: bool, graphs: bool, device: torch.device, args
 ) -> dict[str, Any]:
-    """Beam search over the batch's sources, exactly `shapes.tgt_len` steps and EOS."""
+    """Beam search over the batch's sources, exactly `shapes.tgt_len` steps and EOS; with `graphs` its
+    decoder step replayed from CUDA graphs, captured by the first (untimed) search."""
     settings = dataclasses.replace(
         config.decode,
         beam_size=args.beam,
@@ -284,14 +289,17 @@ def measure_search(
     )
     reset_peak_memory(device)
 
-    def search() -> None:
+    searched = StepGraphs(model) if graphs else model  # one for every search: its graphs are reused
+
+    def search(searched=searched) -> None:
         with bf16_autocast(device.type, bf16):
-            beam_search(model, batch.src, batch.src_lengths, settings)
+            beam_search(searched, batch.src, batch.src_lengths, settings)
 
     timed(search, 1, device)
     batches = max(1, args.reps // 3)
     search_s = timed(search, batches, device) / batches
-    _, macs = multiply_adds(search)  # the matrix products', counted by torch's FlopCounterMode
+    # the matrix products', counted by torch's FlopCounterMode, which sees no operator of a replayed graph
+    _, macs = multiply_adds(lambda: search(model))
     steps = shapes.tgt_len + 1  # every output piece, and EOS
     row = {
         "beam_ms_per_step": round(search_s / steps * 1000, 2),
@@ -480,8 +488,8 @@ def markdown(result: dict[str, Any]) -> str:
         ),
         "- beam matmul GFLOP/s: the search's matrix-product operations (torch's FlopCounterMode) per second; "
         "multiply-adds per step: those of one sentence's step (all its beams, the encoder spread over the "
-        "steps), as `benchmarks.bench` reports them for every toolkit's search; the search is measured "
-        "without graphs only",
+        "steps), as `benchmarks.bench` reports them for every toolkit's search; with graphs, the search's "
+        "decoder step is replayed from CUDA graphs (decode.cuda_graphs)",
         "",
         "- peak MiB: the most GPU memory torch's allocator held (CUDA only), training with the optimiser's "
         "state, and the search",

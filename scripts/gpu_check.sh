@@ -9,9 +9,9 @@
 #   tests        tests/test_cuda.py with pytest                                     -> OUT/tests/junit.xml
 #   bench-small  the model micro-benchmark (BENCH_STEP) of the small configs        -> OUT/bench/CONFIG.{json,md}
 #   bench-paper  the same for rnnsearch50 at the paper's batch of 80, vocab 30k     -> OUT/bench/rnnsearch50.*
-#                (both in fp32 and bf16, eager and with compiled attention, and on CUDA the update replayed
-#                from CUDA graphs against it run eagerly; one run per config, so that a stage that runs out
-#                of time keeps the configs it finished)
+#                (both in fp32 and bf16, eager and with compiled attention, and on CUDA the update and the
+#                search step replayed from CUDA graphs against them run eagerly; one run per config, so that
+#                a stage that runs out of time keeps the configs it finished)
 #   demo         `make demo`'s two models for a shorter budget, via reproduce.py    -> OUT/demo/ (curve, summary)
 # then OUT/summary.md and OUT/summary.json (scripts/gpu_check.py): each stage's status (passed, failed, timeout, skipped), duration
 # and log (OUT/logs/STAGE.log). Exit code 0 when no stage failed or timed out.
@@ -185,7 +185,8 @@ mkdir -p "$OUT/bench"
 # the eager-only configs first (Luong's score and RNNencdec have nothing to compile)
 stage bench-small "$BENCH_SMALL_S" bash -c 'bench_each "$@"' _ "$OUT/bench" configs/small_rnnencdec.yaml \
     configs/small_luong.yaml configs/small_rnnsearch.yaml -- "${BENCH[@]}" "${SHAPES[@]}"
-# the paper's model also with its update replayed from CUDA graphs (train.cuda_graphs), on a GPU
+# the paper's model also with its update and search step replayed from CUDA graphs (train.cuda_graphs,
+# decode.cuda_graphs), on a GPU
 [[ $DEVICE == cuda ]] && PAPER_SHAPES+=(--cuda-graphs off,on)
 stage bench-paper "$BENCH_PAPER_S" bash -c 'bench_each "$@"' _ "$OUT/bench" configs/rnnsearch50.yaml \
     -- "${BENCH[@]}" "${PAPER_SHAPES[@]}"

@@ -5,7 +5,8 @@
 #
 # Measurements (each a `python -m benchmarks.bench_step` run per row of work below, on the models' configs):
 #   profile   where an update's time goes: small_rnnsearch (vocabularies 4,000) and rnnsearch50 (30,000) at
-#             the paper's batch of 80, fp32 and bf16, the update eager and replayed from CUDA graphs, beam 5;
+#             the paper's batch of 80, fp32 and bf16, the update and the beam-5 search step eager and
+#             replayed from CUDA graphs;
 #             under torch.profiler, the kernels per update and per search step, the host's launch calls,
 #             the GPU's busy fraction and the top kernels by time
 #   batches   what fills the card: rnnsearch50's update (vocabularies 30,000, no search) in fp32, tf32 and

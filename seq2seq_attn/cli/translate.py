@@ -32,6 +32,7 @@ DECODE_FLAGS = {
     "batch_sentences": Flag(panel=SPEED),
     "precision": Flag(panel=SPEED),
     "compile": Flag(panel=SPEED),
+    "cuda_graphs": Flag(panel=SPEED),
     "lexical_shortlist": Flag(negative="--full-vocabulary", panel=SPEED),
     "max_src_tokens": Flag(panel=SPEED),
     "no_unk": Flag(negative="--allow-unk"),

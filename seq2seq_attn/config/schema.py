@@ -574,6 +574,16 @@ class DecodeConfig:
             "of compiling; greedy never compiles."
         ),
     )
+    cuda_graphs: str = option(
+        "auto",
+        "Replay the search's decoder step from CUDA graphs, so that the GPU runs a step's small kernels "
+        "without the CPU launching each: one graph per shape, captured during a call to translate (a "
+        "batch's source padded to a multiple of 8 pieces, the sentences still searching to a power of two; "
+        "docs/gpu.md). auto: on a CUDA device for one model without a lexical shortlist; on: the same, an "
+        "error elsewhere; off: never.",
+        choices=["auto", "on", "off"],
+        short="Replay the search's decoder step from CUDA graphs (auto: on a GPU, one model, no shortlist).",
+    )
     replace_unk: bool = option(
         False,
         "Replace <unk> by the most attended source word (word vocabularies).",

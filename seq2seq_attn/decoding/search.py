@@ -70,7 +70,9 @@ from torch import Tensor
 
 from ..config import DecodeConfig
 from ..model.device import decode_precision
+from ..vocab.batching import graph_length
 from ..vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from .graphs import StepGraphs, uses_step_graphs
 
 if TYPE_CHECKING:
     from ..model import DecoderState, EncoderOutput
@@ -535,9 +537,10 @@ def translate_ids(
 
     Sentences are sorted by length and cut into batches of at most `batch_tokens` padded source tokens
     (default `decode_cfg.batch_tokens`) and `decode_cfg.batch_sentences` sentences (0: any number), so
-    little work is spent on padding; the model is put in eval mode
-    for the call and restored afterwards. With bf16 (`decode.precision`) the model runs under autocast and
-    the scores are still summed in fp32.
+    little work is spent on padding; the model is put in eval mode for the call and restored afterwards.
+    With `decode.cuda_graphs` (graphs.py) its steps are replayed from CUDA graphs captured during the
+    call. With bf16 (`decode.precision`) the model runs under autocast and the scores are still summed in
+    fp32.
 
     other_src_ids: for an ensemble whose models read different source vocabularies, the same sentences
     as each further model reads them, one list like `src_ids` per model (`src_ids` being the first
@@ -550,13 +553,15 @@ def translate_ids(
     lengths = [max(len(ids[i]) for ids in readings) + 1 for i in range(len(src_ids))]  # EOS included
     order = sorted(range(len(src_ids)), key=lambda i: lengths[i], reverse=True)
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
+    graphed = uses_step_graphs(decode_cfg, model, device)
+    searcher = StepGraphs(model) if graphed else model  # graphs live for this call (graphs.py)
     was_training = model.training
     model.eval()
     try:
         for batch in length_batches(order, lengths, budget, most):
-            src, src_lengths = pad_sources([[ids[i] for i in batch] for ids in readings], device)
+            src, src_lengths = pad_sources([[ids[i] for i in batch] for ids in readings], device, graphed)
             with decode_precision(decode_cfg.precision, device):
-                searched = search_with_retries(model, src, src_lengths, decode_cfg, with_attention)
+                searched = search_with_retries(searcher, src, src_lengths, decode_cfg, with_attention)
             for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps
     finally:
@@ -578,13 +583,15 @@ def length_batches(order: list[int], lengths: list[int], budget: int, most: int)
 
 
 def pad_sources(
-    readings: Sequence[Sequence[Sequence[int]]], device: torch.device | str
+    readings: Sequence[Sequence[Sequence[int]]], device: torch.device | str, graphed: bool = False
 ) -> tuple[Tensor, Tensor]:
     """The source tensor of a batch read by one model or more, `readings` (models, sentences, ids): each
-    sentence's ids with EOS appended (as in training) and PAD after, (batch, longest + 1) for one model,
-    (batch, models, longest + 1) for several; and the first model's lengths (batch,), EOS included."""
+    sentence's ids with EOS appended (as in training) and PAD after, (batch, width) for one model,
+    (batch, models, width) for several, width the longest + 1, rounded up to a graph's length when
+    `graphed` (graphs.py); and the first model's lengths (batch,), EOS included."""
     lengths = [[len(ids) + 1 for ids in sentences] for sentences in readings]  # (models, sentences)
     width = max(max(counts) for counts in lengths)
+    width = graph_length(width) if graphed else width
     src = torch.full((len(readings[0]), len(readings), width), PAD_ID, dtype=torch.long)
     for m, sentences in enumerate(readings):
         for row, ids in enumerate(sentences):

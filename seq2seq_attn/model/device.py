@@ -98,6 +98,15 @@ def decode_precision(precision: str, device: torch.device) -> Iterator[None]:
         yield
 
 
+def captures(choice: str, key: str, obstacle: str | None) -> bool:
+    """Whether a `cuda_graphs` setting `choice` (config key `key`) captures CUDA graphs: `auto` where
+    nothing stands in the way, `on` the same and a one-line error where something does (`obstacle`, why
+    not, or None), `off` never."""
+    if choice == "on" and obstacle:
+        raise UserError(f"{key} is 'on' but {obstacle}; set {key} to auto or off")
+    return choice != "off" and obstacle is None
+
+
 def attention_dtype(device_type: str) -> torch.dtype:
     """The dtype of attention's scores, softmax and context products under autocast.
 

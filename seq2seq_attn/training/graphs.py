@@ -11,7 +11,7 @@ The shapes. A graph replays fixed shapes, so the training batches come padded (o
 to one of a small fixed set, `PaddedShapes`:
 - sentences: `train.batch_size` with `batch_type: sentences` (a pool's last, smaller batch is padded up);
   with `tokens`, the batch's own count rounded up to one of 8 sizes per doubling (at most 1/8 more rows);
-- source and target length (EOS / BOS included): rounded up to a multiple of LENGTH_STEP, at most
+- source and target length (EOS / BOS included): rounded up to a multiple of 8 (`graph_length`), at most
   `train.max_len + 1`, the longest a batch can be.
 So a run of `max_len` 50 captures at most 7 x 7 graphs per sentence count. The batches are those the run
 makes without graphs, the same sentences in the same order; only their padding grows. The rows added are
@@ -46,22 +46,18 @@ import torch
 from torch import Tensor
 
 from ..config import TrainConfig
-from ..errors import UserError
-from ..vocab.batching import Batch, Shape
+from ..model.device import captures
+from ..vocab.batching import Batch, Shape, graph_length
 from .loss import loss_divisor
 from .optim import CAPTURABLE, has_state
 from .step import Outcome, Update
 
-LENGTH_STEP = 8  # source and target lengths are padded to a multiple of this
 BATCH_TENSORS = ("src", "src_lengths", "tgt_in", "tgt_out")
 
 
 def uses_cuda_graphs(cfg: TrainConfig, device: torch.device, distributed: bool) -> bool:
     """Whether this run captures its updates (`train.cuda_graphs`); `on` where it cannot is an error."""
-    obstacle = _obstacle(cfg, device, distributed)
-    if cfg.cuda_graphs == "on" and obstacle:
-        raise UserError(f"train.cuda_graphs is 'on' but {obstacle}; set train.cuda_graphs to auto or off")
-    return cfg.cuda_graphs != "off" and obstacle is None
+    return captures(cfg.cuda_graphs, "train.cuda_graphs", _obstacle(cfg, device, distributed))
 
 
 def _obstacle(cfg: TrainConfig, device: torch.device, distributed: bool) -> str | None:
@@ -98,7 +94,7 @@ class PaddedShapes:
         return (self.sentences or round_rows(rows), self._length(src_len), self._length(tgt_len))
 
     def _length(self, length: int) -> int:
-        padded = -(-length // LENGTH_STEP) * LENGTH_STEP
+        padded = graph_length(length)
         return min(padded, self.longest) if self.longest else padded
 
 

@@ -16,6 +16,14 @@ from .pieces import BOS_ID, EOS_ID, PAD_ID
 
 # A batch's shape: (sentences, source length, target length), EOS and BOS included.
 Shape = tuple[int, int, int]
+# Lengths in a CUDA graph's shapes (training's both sides, search's source) are padded to a multiple of this,
+# so that few shapes, each captured once, serve every batch.
+GRAPH_LENGTH_STEP = 8
+
+
+def graph_length(length: int) -> int:
+    """`length` rounded up to a multiple of GRAPH_LENGTH_STEP."""
+    return -(-length // GRAPH_LENGTH_STEP) * GRAPH_LENGTH_STEP
 
 
 @dataclass
