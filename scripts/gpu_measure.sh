@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/gpu.md, each one command of at most 7.5 minutes that brings back two files.
 #
-#   scripts/gpu_measure.sh MEASUREMENT OUT_DIR [--device cuda|cpu] [--quick]
+#   scripts/gpu_measure.sh MEASUREMENT OUT_DIR [--device cuda|cpu] [--quick] [--corpus DIR]
 #
-# Measurements (each a `python -m benchmarks.bench_step` run per row of work below, on the models' configs):
+# Measurements (profile and batches: a `python -m benchmarks.bench_step` run per row of work below):
 #   profile   where an update's time goes: small_rnnsearch (vocabularies 4,000) and rnnsearch50 (30,000) at
 #             the paper's batch of 80, fp32 and bf16, the update and the beam-5 search step eager and
 #             replayed from CUDA graphs;
@@ -13,6 +13,19 @@
 #             bf16, eager and in CUDA graphs, at batches of 80, 256 and 1,024 sentences of 30 + 30 tokens
 #             and at token batches of 6,000 and 24,000 padded positions of 50 + 50-token sentences (60 and
 #             240 sentences): sentences/s, target tokens/s and the peak GPU memory
+#   paper     Fig. 2 at the paper's sizes: RNNsearch-50 and RNNencdec-50 (configs/rnnsearch50.yaml and
+#             rnnencdec50.yaml, the paper's recipe) trained side by side on one GPU on the line-aligned
+#             corpus in --corpus DIR ({train,valid,test}.{en,fr}, each plain or .gz; default data/enfr, a
+#             copy of ../shared/corpora/en-fr that the device call carries), for what the time limit leaves
+#             after the data, the vocabularies and the test set's translation (PAPER_FIXED_S); then the
+#             test set translated with each run's best checkpoint and scored by length
+#             (scripts/reproduce.py). The paper's 50-word limit is applied to the training pairs as
+#             whitespace words (data.clean.max_words); the vocabularies are 30,000 BPE pieces per side,
+#             not the paper's Moses words (the device image has no sacremoses); train.max_len 210 pieces
+#             keeps every pair of up to 50 words (en-fr's longest: 204 pieces); the test set's buckets
+#             count whitespace words, as the CPU run's report does. Brings back the report (by_length.*,
+#             curve.png, summary.md), each system's test translations (test.LABEL.hyp.gz) and training
+#             logs.
 # OUT_DIR gets MEASUREMENT.md (every table, after the GPU, driver, CUDA and torch) and MEASUREMENT.tar.gz
 # (the same tables, their JSON, the environment and every log). A run that hits the time limit is killed
 # and the archive holds what the finished ones wrote; status.txt in it says which.
@@ -31,20 +44,27 @@ usage() {
 
 MEASUREMENT=${1:-}
 OUT=${2:-}
-[[ $MEASUREMENT == profile || $MEASUREMENT == batches ]] && [[ -n $OUT ]] || usage
+[[ $MEASUREMENT =~ ^(profile|batches|paper)$ ]] && [[ -n $OUT ]] || usage
 shift 2
 DEVICE=cuda
 QUICK=0
+CORPUS=
 while (($#)); do
     case $1 in
         --device) DEVICE=${2:-}; shift 2 || usage ;;
         --quick) QUICK=1; shift ;;
+        --corpus) CORPUS=${2:-}; shift 2 || usage ;;
         *) echo "gpu_measure: unknown option $1" >&2; usage ;;
     esac
 done
 [[ $DEVICE == cuda || $DEVICE == cpu ]] || { echo "gpu_measure: --device must be cuda or cpu" >&2; exit 2; }
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CORPUS=${CORPUS:-$ROOT/data/enfr}
+if [[ $MEASUREMENT == paper ]]; then
+    [[ -d $CORPUS ]] || { echo "gpu_measure: --corpus: no folder $CORPUS" >&2; exit 2; }
+    CORPUS=$(cd "$CORPUS" && pwd)
+fi
 PYTHON=${PYTHON:-$(command -v python3 || command -v python)}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 [[ $DEVICE == cpu ]] && export CUDA_VISIBLE_DEVICES=""
@@ -78,15 +98,64 @@ run env "$PYTHON" scripts/gpu_check.py env "$FOLDER/env" "$DEVICE"
 BENCH=("$PYTHON" -m benchmarks.bench_step --device "$DEVICE")
 GRAPHS=(--cuda-graphs off,on)
 [[ $DEVICE == cpu ]] && GRAPHS=()  # CUDA graphs need a GPU
-if ((QUICK)); then  # tiny models and batches: the commands, not the sizes
-    for setting in model.src_embed_dim=16 model.tgt_embed_dim=16 model.hidden_size=32 \
-        model.decoder_hidden_size=32 model.attention_dim=32 model.maxout_dim=16; do
-        BENCH+=(--set "$setting")
-    done
+# --quick: tiny models and batches, the commands rather than the sizes
+QUICK_MODEL=(model.src_embed_dim=16 model.tgt_embed_dim=16 model.hidden_size=32 model.decoder_hidden_size=32
+    model.attention_dim=32 model.maxout_dim=16)
+if ((QUICK)); then
+    for setting in "${QUICK_MODEL[@]}"; do BENCH+=(--set "$setting"); done
     BENCH+=(--warmup 1 --reps 1)
 fi
 size() {  # size FULL QUICK: the full-size arguments, or with --quick the tiny ones
     if ((QUICK)); then echo "$2"; else echo "$1"; fi
+}
+
+PAPER_FIXED_S=200  # the paper run's time besides training: data, vocabularies, the test set's translation
+corpus_file() {  # corpus_file NAME: CORPUS/NAME or CORPUS/NAME.gz, whichever exists
+    local file
+    for file in "$CORPUS/$1" "$CORPUS/$1.gz"; do
+        [[ -f $file ]] && { echo "$file"; return 0; }
+    done
+    echo "gpu_measure: the corpus $CORPUS has no $1 or $1.gz" >&2
+    return 1
+}
+paper() {  # the `paper` measurement (above): reproduce.py on the corpus, then its outputs into FOLDER
+    local work sets=() split lang side file minutes
+    work=$(mktemp -d) || return
+    # eval.words: buckets of whitespace words, as the CPU run's report (docs/results/enfr) counts them
+    sets=(data.source=local "data.dir=$work/data" data.tokenize=none data.clean.max_words=50 vocab.type=bpe
+        eval.words=whitespace "train.device=$DEVICE" train.validate_every=500 train.valid_max_sentences=500)
+    for split in train valid test; do
+        for side in src:en tgt:fr; do
+            file=$(corpus_file "$split.${side#*:}") || { FAILED=1; return; }
+            sets+=("data.local.$split.${side%%:*}=$file")
+        done
+    done
+    if ((QUICK)); then
+        sets+=("${QUICK_MODEL[@]}" vocab.size=200 train.max_minutes=0 train.max_steps=10 train.max_len=60
+            train.validate_every=10 train.valid_max_sentences=10 decode.beam_size=2)
+    else
+        minutes=$(awk -v s=$((START + TOTAL_S - $(date +%s) - PAPER_FIXED_S)) 'BEGIN { printf "%.2f", (s > 30 ? s : 30) / 60 }')
+        sets+=(vocab.size=30000 train.max_len=210 "train.max_minutes=$minutes")
+    fi
+    local args=()
+    for setting in "${sets[@]}"; do args+=(--set "$setting"); done
+    run paper "$PYTHON" scripts/reproduce.py --out "$FOLDER/report" --runs "$work/runs" --parallel --heatmaps 0 \
+        "${args[@]}" --label RNNsearch-50 --label RNNencdec-50 configs/rnnsearch50.yaml configs/rnnencdec50.yaml
+    for run in "$work"/runs/*/; do  # the training logs outlive the work folder
+        [[ -d $run ]] || continue
+        mkdir -p "$FOLDER/runs/$(basename "$run")"
+        cp "$run"/{config.yaml,metrics.jsonl,train.log,provenance.json} "$FOLDER/runs/$(basename "$run")/" 2>/dev/null
+    done
+    cp "$FOLDER/report/summary.md" "$FOLDER/summary.md" 2>/dev/null  # its tables go into paper.md
+    # each system's test translations, from the report, to re-score
+    "$PYTHON" - "$FOLDER/report/by_length.json" "$FOLDER" <<'PY' || FAILED=1
+import gzip, json, sys
+from pathlib import Path
+for system in json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))["systems"]:
+    with gzip.open(Path(sys.argv[2]) / f"test.{system['label']}.hyp.gz", "wb") as out:
+        out.write(Path(system["hypotheses"]).read_bytes())
+PY
+    rm -rf "$work"
 }
 
 case $MEASUREMENT in
@@ -113,6 +182,9 @@ case $MEASUREMENT in
                     "--tokens 40 --vocab 64 --src-len 6 --tgt-len 5") \
                 --out "$FOLDER/tokens_$precision"
         done
+        ;;
+    paper)
+        paper
         ;;
 esac
 

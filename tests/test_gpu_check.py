@@ -3,8 +3,10 @@ GPU, at tiny sizes, and the summary accounts for each stage and output."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import random
 import subprocess
 import sys
 import tarfile
@@ -131,6 +133,68 @@ def test_each_gpu_measurement_runs_its_commands_and_brings_back_two_files(tmp_pa
             assert all(row["train_profile"]["kernels_per_unit"] > 0 for row in rows)
     text = (tmp_path / "out" / f"{measurement}.md").read_text()
     assert text.count("## Model micro-benchmark") == len(tables)
+
+
+def tiny_corpus(folder: Path) -> Path:
+    """A line-aligned English-"French" corpus of a few hundred random sentences, the target a word-by-word
+    mapping of the source; train.* gzipped, as the shared corpus has them."""
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(300)]
+    folder.mkdir()
+    for split, count in (("train", 400), ("valid", 20), ("test", 40)):
+        sources = [" ".join(rng.choices(words, k=rng.randint(2, 14))) for _ in range(count)]
+        sides = {"en": sources, "fr": [" ".join("f" + word for word in line.split()) for line in sources]}
+        for lang, lines in sides.items():
+            text = "".join(line + "\n" for line in lines)
+            if split == "train":
+                with gzip.open(folder / f"{split}.{lang}.gz", "wt", encoding="utf-8") as out:
+                    out.write(text)
+            else:
+                (folder / f"{split}.{lang}").write_text(text, encoding="utf-8")
+    return folder
+
+
+@pytest.mark.e2e
+@pytest.mark.slow(seconds=80)
+def test_the_paper_measurement_trains_both_models_and_brings_back_their_report_and_translations(tmp_path):
+    """scripts/gpu_measure.sh paper in its CPU mode on a tiny corpus: both systems train and are scored by
+    length, and the archive holds the report, each system's test translations (one line per test
+    sentence) and its training log."""
+    env = {**os.environ, "PYTHON": sys.executable}
+    corpus = tiny_corpus(tmp_path / "corpus")
+    command = [
+        str(MEASURE),
+        "paper",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        "--quick",
+        "--corpus",
+        str(corpus),
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    with tarfile.open(tmp_path / "out" / "paper.tar.gz") as archive:
+        archive.extractall(tmp_path / "got", filter="data")
+    folder = tmp_path / "got" / "paper"
+    status = (folder / "status.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in status] == ["env", "paper"]
+    report = json.loads((folder / "report" / "by_length.json").read_text())
+    assert [system["label"] for system in report["systems"]] == ["RNNsearch-50", "RNNencdec-50"]
+    for label in ("RNNsearch-50", "RNNencdec-50"):
+        with gzip.open(folder / f"test.{label}.hyp.gz", "rt", encoding="utf-8") as hyps:
+            assert len(hyps.read().splitlines()) == 40
+    runs = sorted(path.name for path in (folder / "runs").iterdir())
+    assert len(runs) == 2 and all((folder / "runs" / name / "metrics.jsonl").stat().st_size for name in runs)
+    assert (folder / "report" / "curve.png").stat().st_size
+    assert "RNNsearch-50" in (tmp_path / "out" / "paper.md").read_text()
+
+
+def test_the_paper_measurement_without_its_corpus_is_a_usage_error(tmp_path):
+    command = [str(MEASURE), "paper", str(tmp_path / "out"), "--corpus", str(tmp_path / "none")]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2 and f"--corpus: no folder {tmp_path / 'none'}" in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_unknown_measurement_is_a_usage_error(tmp_path):
