@@ -7,24 +7,30 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import assert_graphs_update_as_eager, tiny_config
+from helpers import SEARCH_FAMILIES, assert_graphs_update_as_eager, random_model, tiny_config
 
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.training import train as train_module
-from seq2seq_attn.training.graphs import PaddedShapes, round_rows, uses_cuda_graphs
+from seq2seq_attn.training.graphs import PaddedShapes, uses_cuda_graphs
 from seq2seq_attn.training.optim import Schedule, build_optimizer, load_optimizer_state, step_optimizer
+from seq2seq_attn.vocab.batching import graph_rows
+from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
-def test_rows_round_up_to_one_of_eight_sizes_per_doubling() -> None:
-    assert [round_rows(n) for n in (1, 8, 15, 16, 17, 31, 33, 80, 81, 1000)] == [
-        1, 8, 15, 16, 18, 32, 36, 80, 88, 1024,
-    ]  # fmt: skip
+@pytest.mark.parametrize("per_doubling", [4, 8])
+def test_rows_round_up_to_one_of_a_few_sizes_per_doubling(per_doubling: int) -> None:
+    if per_doubling == 8:  # training's
+        assert [graph_rows(n, 8) for n in (1, 8, 15, 16, 17, 31, 33, 80, 81, 1000)] == [
+            1, 8, 15, 16, 18, 32, 36, 80, 88, 1024,
+        ]  # fmt: skip
+    else:  # the search's
+        assert [graph_rows(n, 4) for n in (1, 4, 5, 7, 9, 17, 33, 80, 81)] == [1, 4, 5, 7, 10, 20, 40, 80, 96]
     for rows in range(1, 3000):
-        assert rows <= round_rows(rows) <= rows * 9 / 8
-    sizes = {round_rows(n) for n in range(257, 513)}
-    assert len(sizes) == 8
+        assert rows <= graph_rows(rows, per_doubling) <= rows * (1 + 1 / per_doubling)
+    sizes = {graph_rows(n, per_doubling) for n in range(257, 513)}
+    assert len(sizes) == per_doubling
 
 
 def test_shapes_are_a_fixed_sentence_count_and_lengths_in_steps_of_eight() -> None:
@@ -145,3 +151,30 @@ def test_training_with_graphs_on_a_cpu_stops_before_it_starts(tmp_path) -> None:
     with pytest.raises(UserError, match="train.cuda_graphs is 'on' but training runs on the cpu"):
         train_module.train(config)
     assert not (tmp_path / "data").exists()  # before any data was prepared
+
+
+def test_evaluation_sees_weights_that_changed_without_a_new_version() -> None:
+    """An update replayed from a CUDA graph changes the weights without raising their version counters;
+    the next evaluation's search steps must still read them, not the gate table (model/recurrent.py
+    `static_gates`) derived from the weights before: leaving training mode rebuilds it."""
+
+    def second_step(model) -> torch.Tensor:  # the first step of update_then_attend reads no word
+        enc = model.encode(torch.tensor([[5, 6, 7, EOS_ID]]), torch.tensor([4]))
+        _, state, _ = model.step(enc, model.init_state(enc), torch.tensor([BOS_ID]))
+        return model.step(enc, state, torch.tensor([9]))[0]
+
+    model = random_model(0, **SEARCH_FAMILIES[0])  # in eval mode
+    with torch.no_grad():
+        before = second_step(model)
+        model.train()
+        versions = [p._version for p in model.parameters()]
+        for parameter in model.parameters():
+            parameter.data.mul_(1.5)  # as a replayed update: in place, the version unchanged
+        assert [p._version for p in model.parameters()] == versions
+        model.eval()
+        after = second_step(model)
+        fresh = random_model(0, **SEARCH_FAMILIES[0])
+        fresh.load_state_dict(model.state_dict())
+        expected = second_step(fresh)
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, expected)

@@ -13,6 +13,8 @@ from helpers import SEARCH_FAMILIES as FAMILIES
 from helpers import random_model, random_sources
 
 from seq2seq_attn.config import DecodeConfig
+from seq2seq_attn.config.schema import GRAPH_AUTO_SENTENCES
+from seq2seq_attn.decoding import graphs as graphs_module
 from seq2seq_attn.decoding.ensemble import Ensemble
 from seq2seq_attn.decoding.graphs import StepGraphs, padded_sentences, uses_step_graphs
 from seq2seq_attn.decoding.search import pad_sources, search_with_retries, translate_ids
@@ -41,18 +43,9 @@ def assert_same_nbest(left, right) -> None:
         assert [h.score for h in mine] == pytest.approx([h.score for h in theirs], rel=1e-5, abs=1e-6)
 
 
-def test_sentences_are_padded_to_a_power_of_two():
-    assert [padded_sentences(n) for n in (1, 2, 3, 5, 8, 9, 80, 128, 129)] == [
-        1,
-        2,
-        4,
-        8,
-        8,
-        16,
-        128,
-        128,
-        256,
-    ]
+def test_sentences_are_padded_to_one_of_four_sizes_per_doubling():
+    got = [padded_sentences(n) for n in (1, 2, 3, 5, 8, 9, 70, 80, 129)]
+    assert got == [1, 2, 3, 5, 8, 10, 80, 80, 160]
 
 
 def test_a_graphed_batch_has_its_source_padded_to_a_multiple_of_8():
@@ -80,7 +73,8 @@ def test_the_padded_step_gives_the_translations_of_the_model(family: dict):
             assert a.attention.shape == b.attention.shape
             assert a.attention == pytest.approx(b.attention, abs=1e-5)
     rows = {key[:2] for key in graphs.slots}  # (beam rows, sentences) of the shapes the search used
-    assert all(sentences & (sentences - 1) == 0 and beams == 3 * sentences for beams, sentences in rows)
+    assert all(padded_sentences(n) == n and beams == 3 * n for beams, n in rows)
+    assert (3 * 12, 12) in rows  # the 11 sentences, padded to 12
     assert len(graphs) == 0  # no graph is captured on a CPU
 
 
@@ -109,19 +103,41 @@ def test_later_batches_of_a_shape_reuse_its_buffers_and_read_their_own_sentences
 
 def test_decode_cuda_graphs_choose_where_graphs_can_run():
     model = random_model(0, **FAMILIES[0])
-    cfg = DecodeConfig()  # auto
-    assert not uses_step_graphs(cfg, model, CPU)
-    assert uses_step_graphs(cfg, model, CUDA)
-    assert not uses_step_graphs(dataclasses.replace(cfg, cuda_graphs="off"), model, CUDA)
-    assert not uses_step_graphs(cfg, Ensemble([model, model]), CUDA)
+    cfg, many = DecodeConfig(), GRAPH_AUTO_SENTENCES  # auto
+    assert not uses_step_graphs(cfg, model, CPU, many)
+    assert uses_step_graphs(cfg, model, CUDA, many)
+    assert not uses_step_graphs(cfg, model, CUDA, many - 1)  # too few to pay for the captures
+    assert not uses_step_graphs(dataclasses.replace(cfg, cuda_graphs="off"), model, CUDA, many)
+    assert not uses_step_graphs(cfg, Ensemble([model, model]), CUDA, many)
     table = LexicalTable(np.full((1, 1), -1), np.arange(4))
-    assert not uses_step_graphs(cfg, Shortlisted(model, table), CUDA)
+    assert not uses_step_graphs(cfg, Shortlisted(model, table), CUDA, many)
     on = dataclasses.replace(cfg, cuda_graphs="on")
-    assert uses_step_graphs(on, model, CUDA)
+    assert uses_step_graphs(on, model, CUDA, 1)
     with pytest.raises(UserError, match="decode.cuda_graphs is 'on' but search runs on the cpu"):
-        uses_step_graphs(on, model, CPU)
+        uses_step_graphs(on, model, CPU, many)
     with pytest.raises(UserError, match="decode.cuda_graphs is 'on' but search runs a Ensemble"):
-        uses_step_graphs(on, Ensemble([model, model]), CUDA)
+        uses_step_graphs(on, Ensemble([model, model]), CUDA, many)
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=family_id)
+def test_a_state_of_another_dtype_gets_its_own_buffers(family: dict, monkeypatch):
+    """Under bf16 autocast a decoder's first state can be bf16 and its next ones fp32: each is copied into
+    buffers of its own dtype, never rounded into another's (the search without graphs keeps it as is)."""
+    copied: list[tuple[torch.dtype, torch.dtype]] = []
+    real_copy = graphs_module.copy_rows
+
+    def spy(buffers, values) -> None:
+        for name, value in graphs_module.tensors(values).items():
+            copied.append((getattr(buffers, name).dtype, value.dtype))
+        real_copy(buffers, values)
+
+    monkeypatch.setattr(graphs_module, "copy_rows", spy)
+    model = random_model(3, **family)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        search(
+            StepGraphs(model), random_sources(6, seed=1, longest=9), DecodeConfig(beam_size=2), graphed=True
+        )
+    assert copied and all(buffer == value for buffer, value in copied)
 
 
 def test_translating_on_a_cpu_with_graphs_on_is_a_one_line_error():

@@ -437,6 +437,12 @@ class TrainConfig:
 # decoding and evaluation
 
 
+# decode.cuda_graphs `auto` captures only in a search of at least this many sentences (a test or dev set, not
+# a server's micro-batch): each capture waits for the GPU and empties torch's memory cache, which only
+# enough replays pay back. Not yet measured on a GPU.
+GRAPH_AUTO_SENTENCES = 64
+
+
 @dataclass
 class DecodeConfig:
     """Beam search settings used by validation, `translate` and `eval --model`."""
@@ -578,11 +584,16 @@ class DecodeConfig:
         "auto",
         "Replay the search's decoder step from CUDA graphs, so that the GPU runs a step's small kernels "
         "without the CPU launching each: one graph per shape, captured during a call to translate (a "
-        "batch's source padded to a multiple of 8 pieces, the sentences still searching to a power of two; "
-        "docs/gpu.md). auto: on a CUDA device for one model without a lexical shortlist; on: the same, an "
-        "error elsewhere; off: never.",
+        "batch's source padded to a multiple of 8 pieces, the sentences still searching rounded up to one "
+        "of 4 sizes per doubling; docs/gpu.md). auto: on a CUDA device, for one model without a lexical "
+        f"shortlist, in a search of at least {GRAPH_AUTO_SENTENCES} sentences (not a server's micro-batch); "
+        "on: the first two "
+        "alike, an error elsewhere, and any number of sentences; off: never.",
         choices=["auto", "on", "off"],
-        short="Replay the search's decoder step from CUDA graphs (auto: on a GPU, one model, no shortlist).",
+        short=(
+            "Replay the search's decoder step from CUDA graphs (auto: on a GPU, one model, no shortlist, "
+            f"{GRAPH_AUTO_SENTENCES} sentences or more)."
+        ),
     )
     replace_unk: bool = option(
         False,

@@ -9,13 +9,14 @@ sentences that are done) reads values on the host and stays as it is.
 
 The shapes. A graph replays fixed shapes, while a batch's rows shrink as its sentences finish
 (`search.drop_done`), so:
-- the source: each batch's source ids come padded to a multiple of 8 pieces (`pad_sources`'
-  `multiple`), before encoding; the search masks those positions as it masks any padding;
-- the sentences still searching: padded up to a power of two (`padded_sentences`), each with its k beam
-  rows; a padding row holds a copy of real rows' encoder output and state, so it computes finite
-  numbers, and nothing reads what it computes.
-One graph serves each (beam rows, sentences, source width, state fields): a decoder whose state feeds the
-previous context (`DecoderState.feed`) has none before its first step.
+- the source: each batch's source ids come padded to a multiple of 8 pieces (`pad_sources`, `graphed`),
+  before encoding; the search masks those positions as it masks any padding;
+- the sentences still searching: rounded up to one of 4 sizes per doubling (`padded_sentences`: at most
+  a quarter more, 80 stays 80), each with its k beam rows; a padding row holds a copy of real rows'
+  encoder output and state, so it computes finite numbers, and nothing reads what it computes.
+One graph serves each (beam rows, sentences, source width, state fields and their dtypes): a decoder whose
+state feeds the previous context (`DecoderState.feed`) has none before its first step, and in bf16 the
+first state (from autocast's products) can be bf16 where the steps return fp32.
 
 What a graph holds fixed: the addresses of its buffers (a step's encoder output, state and previous tokens
 are copied into its shape's buffers before each replay; the encoder output only when the search has a new
@@ -25,9 +26,13 @@ first run at a new shape is eager (the capture's warm-up, on the stream the capt
 results are used; autocast's cache of cast weights is off inside (a cast cached outside a capture would
 be read by the graph after autocast freed it).
 
+Memory: each shape keeps its outputs for the call, the log-probabilities (rows x vocabulary) the largest.
+
 Where no graph is used (`auto` leaves them off, `on` is an error): on a CPU; for an ensemble or with a
-lexical shortlist, whose steps read per-batch tables the graphs would not see change. The compiled
-attention (`decode.compile`) compiles during a shape's warm-up and is captured with the rest.
+lexical shortlist, whose steps read per-batch tables the graphs would not see change. `auto` also leaves
+them off in a search of fewer than GRAPH_AUTO_SENTENCES sentences (config/schema.py), such as a server's
+micro-batch. The compiled attention (`decode.compile`) compiles during a shape's warm-up and is captured
+with the rest.
 """
 
 from __future__ import annotations
@@ -39,15 +44,19 @@ import torch
 from torch import Tensor
 
 from ..config import DecodeConfig
+from ..config.schema import GRAPH_AUTO_SENTENCES
 from ..model import DecoderState, EncoderOutput, Seq2Seq
 from ..model.device import captures
+from ..vocab.batching import graph_rows
 
 T = TypeVar("T")
 
 
-def uses_step_graphs(cfg: DecodeConfig, model: Any, device: torch.device) -> bool:
-    """Whether search replays `model`'s step from CUDA graphs (`decode.cuda_graphs`, module docstring)."""
-    return captures(cfg.cuda_graphs, "decode.cuda_graphs", _obstacle(model, device))
+def uses_step_graphs(cfg: DecodeConfig, model: Any, device: torch.device, sentences: int) -> bool:
+    """Whether a search of `sentences` replays `model`'s step from CUDA graphs (`decode.cuda_graphs`,
+    module docstring): `auto` only for calls of at least GRAPH_AUTO_SENTENCES."""
+    graphed = captures(cfg.cuda_graphs, "decode.cuda_graphs", _obstacle(model, device))
+    return graphed and (cfg.cuda_graphs == "on" or sentences >= GRAPH_AUTO_SENTENCES)
 
 
 def _obstacle(model: Any, device: torch.device) -> str | None:
@@ -59,8 +68,8 @@ def _obstacle(model: Any, device: torch.device) -> str | None:
 
 
 def padded_sentences(sentences: int) -> int:
-    """The sentences a step's graph holds for `sentences` still searching: the next power of two."""
-    return 1 << (sentences - 1).bit_length()
+    """The sentences a step's graph holds for `sentences` still searching: one of 4 sizes per doubling."""
+    return graph_rows(sentences, 4)
 
 
 def tensors(obj: Any) -> dict[str, Tensor]:
@@ -153,7 +162,12 @@ class StepGraphs:
     def _load(self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor, sentences: int) -> _Slot:
         """The buffers of the step's shape, holding `enc`, `state` and `y_prev` in their first rows."""
         rows = y_prev.size(0) // enc.mask.size(0) * sentences
-        key = (rows, sentences, enc.mask.size(1), tuple(tensors(state)))
+        key = (
+            rows,
+            sentences,
+            enc.mask.size(1),
+            tuple((name, t.dtype) for name, t in tensors(state).items()),
+        )
         slot = self.slots.get(key)
         if slot is None:  # copies of the real rows, the first repeated as padding
             beam_rows = padding_index(y_prev.size(0), rows, self.device)

@@ -553,7 +553,7 @@ def translate_ids(
     lengths = [max(len(ids[i]) for ids in readings) + 1 for i in range(len(src_ids))]  # EOS included
     order = sorted(range(len(src_ids)), key=lambda i: lengths[i], reverse=True)
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
-    graphed = uses_step_graphs(decode_cfg, model, device)
+    graphed = uses_step_graphs(decode_cfg, model, device, len(src_ids))
     searcher = StepGraphs(model) if graphed else model  # graphs live for this call (graphs.py)
     was_training = model.training
     model.eval()

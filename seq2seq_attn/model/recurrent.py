@@ -74,6 +74,13 @@ class RecurrentStack(nn.Module):
         self._gate_table_key: tuple = ()
         self.int8_weights: list[LayerWeights] | None = None  # a search copy's (int8.quantized)
 
+    def train(self, mode: bool = True) -> RecurrentStack:
+        """Also forgets the gate table (`static_gates`) when the mode changes: weights that a training update
+        replayed from a CUDA graph changed keep their version, so only the mode tells that they may have."""
+        if mode != self.training:
+            self._gate_table, self._gate_table_key = None, ()
+        return super().train(mode)
+
     def run(
         self, inputs: Tensor, hidden: Tensor, cell: Tensor | None
     ) -> tuple[Tensor, Tensor, Tensor | None]:

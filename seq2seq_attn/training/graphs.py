@@ -47,7 +47,7 @@ from torch import Tensor
 
 from ..config import TrainConfig
 from ..model.device import captures
-from ..vocab.batching import Batch, Shape, graph_length
+from ..vocab.batching import Batch, Shape, graph_length, graph_rows
 from .loss import loss_divisor
 from .optim import CAPTURABLE, has_state
 from .step import Outcome, Update
@@ -70,16 +70,10 @@ def _obstacle(cfg: TrainConfig, device: torch.device, distributed: bool) -> str 
     return None
 
 
-def round_rows(rows: int) -> int:
-    """`rows` rounded up to one of 8 sizes per doubling (8, 9, ..., 15, 16, 18, ..., 30, 32, 36, ...)."""
-    step = 1 << max(0, rows.bit_length() - 4)
-    return -(-rows // step) * step
-
-
 @dataclasses.dataclass(frozen=True)
 class PaddedShapes:
     """The fixed set of shapes (sentences, source length, target length) that batches are padded to
-    (module docstring). sentences: every batch's (None: rounded, `round_rows`); longest: the longest
+    (module docstring). sentences: every batch's (None: rounded, `graph_rows`); longest: the longest
     either side can be (None: no bound)."""
 
     sentences: int | None = None
@@ -91,7 +85,7 @@ class PaddedShapes:
 
     def __call__(self, rows: int, src_len: int, tgt_len: int) -> Shape:
         """The shape a batch of `rows` sentences, sides `src_len` and `tgt_len` long, is padded to."""
-        return (self.sentences or round_rows(rows), self._length(src_len), self._length(tgt_len))
+        return (self.sentences or graph_rows(rows, 8), self._length(src_len), self._length(tgt_len))
 
     def _length(self, length: int) -> int:
         padded = graph_length(length)

@@ -26,6 +26,13 @@ def graph_length(length: int) -> int:
     return -(-length // GRAPH_LENGTH_STEP) * GRAPH_LENGTH_STEP
 
 
+def graph_rows(rows: int, per_doubling: int) -> int:
+    """`rows` rounded up to one of `per_doubling` (a power of two) sizes per doubling, so at most
+    1 / per_doubling more: with 8, 8, 9, ..., 15, 16, 18, ..., 30, 32, 36, ..."""
+    step = 1 << max(0, rows.bit_length() - per_doubling.bit_length())
+    return -(-rows // step) * step
+
+
 @dataclass
 class Batch:
     src: torch.Tensor  # (batch, src_len) source ids + EOS, padded with PAD
