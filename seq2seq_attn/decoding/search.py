@@ -406,22 +406,34 @@ def top_candidates(step_log_probs: Tensor, log_p: Tensor, k: int) -> tuple[Tenso
 def record_finished(
     beams: Beams, top: Candidates, attention: Tensor | None, src_lens: list[int], cfg: DecodeConfig
 ) -> None:
-    """Move the candidates that end (EOS) to their sentence's finished hypotheses, scored (module doc)."""
-    for a, j in top.ends.nonzero().tolist():
-        row = int(top.source_row[a, j])
-        sentence = beams.alive[a]
-        words = beams.tokens[row].tolist()
-        lp = float(top.log_p[a, j])
-        weights = None
-        if beams.history is not None:
-            columns = src_lens[sentence] + 1  # the source pieces and its EOS
-            weights = torch.cat([beams.history[row], attention[row : row + 1]])[:, :columns].cpu().numpy()
-        score = lp / length_penalty(len(words) + 1, cfg.length_penalty, cfg.alpha)
-        if beams.attended is not None:  # this step's attention (the EOS's) counts too
-            covered = beams.attended[row] + attention[row]
-            score += coverage_penalty(covered, src_lens[sentence], cfg.coverage_penalty)
-        beams.finished[sentence].append(Hypothesis(words, score, lp, weights))
+    """Move the candidates that end (EOS) to their sentence's finished hypotheses, scored (module doc).
+
+    What the host needs of them (their rows' tokens, log-probabilities, attention) is copied from the
+    device in one transfer per kind and step, not one per hypothesis: on a GPU each copy waits for the
+    device."""
+    ended = top.ends.nonzero()  # (ended, 2): each ending candidate's sentence slot a and rank j
     beams.log_p = top.log_p.masked_fill(~top.open, NEG_INF)
+    if not len(ended):
+        return
+    rows = top.source_row[ended[:, 0], ended[:, 1]]  # (ended,) the hypothesis each candidate extends
+    log_probs = top.log_p[ended[:, 0], ended[:, 1]].tolist()
+    words = beams.tokens.index_select(0, rows).tolist()
+    weights = covered = None
+    if beams.history is not None:  # every step's attention, this one's (the EOS's) last
+        steps = torch.cat(
+            [beams.history.index_select(0, rows), attention.index_select(0, rows).unsqueeze(1)], 1
+        )
+        weights = steps.cpu().numpy()  # (ended, steps, src_len)
+    if beams.attended is not None:  # this step's attention (the EOS's) counts too
+        covered = (beams.attended.index_select(0, rows) + attention.index_select(0, rows)).cpu()
+    for i, (a, _) in enumerate(ended.tolist()):
+        sentence = beams.alive[a]
+        score = log_probs[i] / length_penalty(len(words[i]) + 1, cfg.length_penalty, cfg.alpha)
+        if covered is not None:
+            score += coverage_penalty(covered[i], src_lens[sentence], cfg.coverage_penalty)
+        columns = src_lens[sentence] + 1  # the source pieces and its EOS
+        attention_i = weights[i, :, :columns].copy() if weights is not None else None
+        beams.finished[sentence].append(Hypothesis(words[i], score, log_probs[i], attention_i))
 
 
 def drop_done(beams: Beams, top: Candidates, step: int, max_lens: list[int], cfg: DecodeConfig) -> Candidates:
