@@ -26,6 +26,11 @@
 #             count whitespace words, as the CPU run's report does. Brings back the report (by_length.*,
 #             curve.png, summary.md), each system's test translations (test.LABEL.hyp.gz) and training
 #             logs.
+#   recipe    which batch, precision and learning rate train RNNsearch-50 (configs/rnnsearch50.yaml) to the
+#             lowest dev loss in equal GPU time, for configs/rnnsearch50_gpu.yaml: the corpus and
+#             vocabularies as `paper`'s, prepared once; then each variant of RECIPES (below) trained alone
+#             on the GPU, from the same start, for an equal share of the time; recipe.md tables each one's
+#             updates, target tokens/s and dev loss (the whole dev set, per target piece) at its end.
 # OUT_DIR gets MEASUREMENT.md (every table, after the GPU, driver, CUDA and torch) and MEASUREMENT.tar.gz
 # (the same tables, their JSON, the environment and every log). A run that hits the time limit is killed
 # and the archive holds what the finished ones wrote; status.txt in it says which.
@@ -44,7 +49,7 @@ usage() {
 
 MEASUREMENT=${1:-}
 OUT=${2:-}
-[[ $MEASUREMENT =~ ^(profile|batches|paper)$ ]] && [[ -n $OUT ]] || usage
+[[ $MEASUREMENT =~ ^(profile|batches|paper|recipe)$ ]] && [[ -n $OUT ]] || usage
 shift 2
 DEVICE=cuda
 QUICK=0
@@ -61,7 +66,7 @@ done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CORPUS=${CORPUS:-$ROOT/data/enfr}
-if [[ $MEASUREMENT == paper ]]; then
+if [[ $MEASUREMENT == paper || $MEASUREMENT == recipe ]]; then
     [[ -d $CORPUS ]] || { echo "gpu_measure: --corpus: no folder $CORPUS" >&2; exit 2; }
     CORPUS=$(cd "$CORPUS" && pwd)
 fi
@@ -118,34 +123,53 @@ corpus_file() {  # corpus_file NAME: CORPUS/NAME or CORPUS/NAME.gz, whichever ex
     echo "gpu_measure: the corpus $CORPUS has no $1 or $1.gz" >&2
     return 1
 }
-paper() {  # the `paper` measurement (above): reproduce.py on the corpus, then its outputs into FOLDER
-    local work sets=() split lang side file minutes
-    work=$(mktemp -d) || return
+corpus_sets() {  # corpus_sets WORK: into SETS, the settings that read CORPUS as the paper's pairs, data in WORK
+    local split side file
     # eval.words: buckets of whitespace words, as the CPU run's report (docs/results/enfr) counts them
-    sets=(data.source=local "data.dir=$work/data" data.tokenize=none data.clean.max_words=50 vocab.type=bpe
-        eval.words=whitespace "train.device=$DEVICE" train.validate_every=500 train.valid_max_sentences=500)
+    SETS=(data.source=local "data.dir=$1/data" data.tokenize=none data.clean.max_words=50 vocab.type=bpe
+        eval.words=whitespace "train.device=$DEVICE")
     for split in train valid test; do
         for side in src:en tgt:fr; do
-            file=$(corpus_file "$split.${side#*:}") || { FAILED=1; return; }
-            sets+=("data.local.$split.${side%%:*}=$file")
+            file=$(corpus_file "$split.${side#*:}") || return 1
+            SETS+=("data.local.$split.${side%%:*}=$file")
         done
     done
     if ((QUICK)); then
-        sets+=("${QUICK_MODEL[@]}" vocab.size=200 train.max_minutes=0 train.max_steps=10 train.max_len=60
-            train.validate_every=10 train.valid_max_sentences=10 decode.beam_size=2)
+        SETS+=("${QUICK_MODEL[@]}" vocab.size=200 train.max_len=60)
     else
-        minutes=$(awk -v s=$((START + TOTAL_S - $(date +%s) - PAPER_FIXED_S)) 'BEGIN { printf "%.2f", (s > 30 ? s : 30) / 60 }')
-        sets+=(vocab.size=30000 train.max_len=210 "train.max_minutes=$minutes")
+        SETS+=(vocab.size=30000 train.max_len=210)
     fi
-    local args=()
-    for setting in "${sets[@]}"; do args+=(--set "$setting"); done
-    run paper "$PYTHON" scripts/reproduce.py --out "$FOLDER/report" --runs "$work/runs" --parallel --heatmaps 0 \
-        "${args[@]}" --label RNNsearch-50 --label RNNencdec-50 configs/rnnsearch50.yaml configs/rnnencdec50.yaml
-    for run in "$work"/runs/*/; do  # the training logs outlive the work folder
+}
+as_options() {  # as_options SETTING...: each as `--set SETTING`
+    local setting
+    for setting in "$@"; do printf -- '--set\n%s\n' "$setting"; done
+}
+keep_runs() {  # keep_runs WORK: each run's config and training log into FOLDER/runs/NAME
+    local run
+    for run in "$1"/runs/*/; do
         [[ -d $run ]] || continue
         mkdir -p "$FOLDER/runs/$(basename "$run")"
         cp "$run"/{config.yaml,metrics.jsonl,train.log,provenance.json} "$FOLDER/runs/$(basename "$run")/" 2>/dev/null
     done
+}
+minutes_left() {  # minutes_left SECONDS_KEPT [SHARE]: of the time left, less SECONDS_KEPT, the SHARE-th part
+    awk -v s=$((START + TOTAL_S - $(date +%s) - $1)) -v n="${2:-1}" 'BEGIN { printf "%.2f", (s > 30 * n ? s / n : 30) / 60 }'
+}
+paper() {  # the `paper` measurement (above): reproduce.py on the corpus, then its outputs into FOLDER
+    local work options=()
+    work=$(mktemp -d) || return
+    corpus_sets "$work" || { FAILED=1; return; }
+    SETS+=(train.validate_every=500 train.valid_max_sentences=500)
+    if ((QUICK)); then
+        SETS+=(train.max_minutes=0 train.max_steps=10 train.validate_every=10 train.valid_max_sentences=10
+            decode.beam_size=2)
+    else
+        SETS+=("train.max_minutes=$(minutes_left "$PAPER_FIXED_S")")
+    fi
+    mapfile -t options < <(as_options "${SETS[@]}")
+    run paper "$PYTHON" scripts/reproduce.py --out "$FOLDER/report" --runs "$work/runs" --parallel --heatmaps 0 \
+        "${options[@]}" --label RNNsearch-50 --label RNNencdec-50 configs/rnnsearch50.yaml configs/rnnencdec50.yaml
+    keep_runs "$work"
     cp "$FOLDER/report/summary.md" "$FOLDER/summary.md" 2>/dev/null  # its tables go into paper.md
     # each system's test translations, from the report, to re-score
     "$PYTHON" - "$FOLDER/report/by_length.json" "$FOLDER" <<'PY' || FAILED=1
@@ -154,6 +178,74 @@ from pathlib import Path
 for system in json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))["systems"]:
     with gzip.open(Path(sys.argv[2]) / f"test.{system['label']}.hyp.gz", "wb") as out:
         out.write(Path(system["hypotheses"]).read_bytes())
+PY
+    rm -rf "$work"
+}
+# The `recipe` variants, NAME:SETTING,SETTING... (none: configs/rnnsearch50.yaml as it is); RECIPES in the
+# environment replaces them (space-separated).
+RECIPES=${RECIPES:-"paper: paper-tf32:train.precision=tf32 \
+adam-256-tf32:train.batch_size=256,train.optimizer=adam,train.learning_rate=0.001,train.precision=tf32 \
+adam-1024-bf16:train.batch_size=1024,train.optimizer=adam,train.learning_rate=0.002,train.precision=bf16"}
+RECIPE_FIXED_S=25  # a recipe run's time besides training: start-up, the last validation
+recipe() {  # the `recipe` measurement (above): each variant trained alone for an equal time, its dev loss
+    local work options=() extra=() variants variant name settings
+    work=$(mktemp -d) || return
+    corpus_sets "$work" || { FAILED=1; return; }
+    SETS+=(train.validate_every=1000000 train.valid_bleu=false train.keep_best=1)
+    mapfile -t options < <(as_options "${SETS[@]}")
+    run data bash -c '"$1" -m seq2seq_attn data prepare "${@:2}" && "$1" -m seq2seq_attn vocab "${@:2}"' _ \
+        "$PYTHON" configs/rnnsearch50.yaml "${options[@]}"
+    read -r -a variants <<<"$RECIPES"
+    local count=${#variants[@]} index=0
+    for variant in "${variants[@]}"; do
+        name=${variant%%:*}
+        settings=()
+        [[ -n ${variant#*:} ]] && IFS=, read -r -a settings <<<"${variant#*:}"
+        if ((QUICK)); then
+            settings+=(train.max_minutes=0 train.max_steps=5 train.log_every=1)
+        else  # an equal share of what is left for each variant still to run
+            settings+=("train.max_minutes=$(minutes_left $(((count - index) * RECIPE_FIXED_S)) $((count - index)))")
+        fi
+        mapfile -t extra < <(as_options "${settings[@]}" "train.run_dir=$work/runs/$name")
+        run "$name" "$PYTHON" -m seq2seq_attn train configs/rnnsearch50.yaml "${options[@]}" "${extra[@]}"
+        index=$((index + 1))
+    done
+    keep_runs "$work"
+    "$PYTHON" - "$FOLDER" "${variants[@]}" <<'PY' || FAILED=1
+import json, sys
+from pathlib import Path
+folder, variants = Path(sys.argv[1]), sys.argv[2:]
+rows = []
+for variant in variants:
+    name, _, settings = variant.partition(":")
+    log = folder / "runs" / name / "metrics.jsonl"
+    records = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()] if log.exists() else []
+    valid = [r for r in records if "valid_loss" in r]
+    train = [r for r in records if "tokens_per_s" in r]
+    rows.append({
+        "variant": name,
+        "settings": settings.split(",") if settings else [],
+        "updates": valid[-1]["step"] if valid else None,
+        "seconds": valid[-1]["time"] if valid else None,
+        "target_tokens_per_s": round(sum(r["tokens_per_s"] for r in train) / len(train)) if train else None,
+        "dev_loss": round(valid[-1]["valid_loss"], 4) if valid else None,
+        "dev_ppl": round(valid[-1]["valid_ppl"], 2) if valid else None,
+    })
+(folder / "recipe.json").write_text(json.dumps({"rows": rows}, indent=2) + "\n", encoding="utf-8")
+lines = [
+    "# RNNsearch-50: dev loss after equal training time",
+    "",
+    "Each variant of configs/rnnsearch50.yaml trained alone, from the same data, vocabulary and seed, for an",
+    "equal share of the measurement's time; its dev loss (per target piece, the whole dev set) at the end.",
+    "",
+    "| variant | settings | updates | training s | target tokens/s | dev loss | dev perplexity |",
+    "|---|---|--:|--:|--:|--:|--:|",
+]
+for r in rows:
+    cells = [r["variant"], ", ".join(r["settings"]) or "(the config)"]
+    cells += ["-" if r[k] is None else f"{r[k]:,}" for k in ("updates", "seconds", "target_tokens_per_s", "dev_loss", "dev_ppl")]
+    lines.append("| " + " | ".join(cells) + " |")
+(folder / "recipe.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 PY
     rm -rf "$work"
 }
@@ -185,6 +277,9 @@ case $MEASUREMENT in
         ;;
     paper)
         paper
+        ;;
+    recipe)
+        recipe
         ;;
 esac
 

@@ -190,6 +190,49 @@ def test_the_paper_measurement_trains_both_models_and_brings_back_their_report_a
     assert "RNNsearch-50" in (tmp_path / "out" / "paper.md").read_text()
 
 
+@pytest.mark.e2e
+@pytest.mark.slow(seconds=30)
+def test_the_recipe_measurement_trains_each_variant_and_tables_its_dev_loss(tmp_path):
+    """scripts/gpu_measure.sh recipe in its CPU mode on a tiny corpus, with RECIPES replaced: the data are
+    prepared once, each variant trains with its own settings, and recipe.md / recipe.json give each one's
+    updates, speed and dev loss."""
+    env = {
+        **os.environ,
+        "PYTHON": sys.executable,
+        "RECIPES": "paper: adam-32:train.optimizer=adam,train.batch_size=32",
+    }
+    corpus = tiny_corpus(tmp_path / "corpus")
+    command = [
+        str(MEASURE),
+        "recipe",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+        "--quick",
+        "--corpus",
+        str(corpus),
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    with tarfile.open(tmp_path / "out" / "recipe.tar.gz") as archive:
+        archive.extractall(tmp_path / "got", filter="data")
+    folder = tmp_path / "got" / "recipe"
+    status = (folder / "status.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in status] == ["env", "data", "paper", "adam-32"]
+    rows = json.loads((folder / "recipe.json").read_text())["rows"]
+    assert [(row["variant"], row["settings"], row["updates"]) for row in rows] == [
+        ("paper", [], 5),
+        ("adam-32", ["train.optimizer=adam", "train.batch_size=32"], 5),
+    ]
+    assert all(row["dev_loss"] > 0 and row["target_tokens_per_s"] > 0 for row in rows)
+    config = (folder / "runs" / "adam-32" / "config.yaml").read_text()
+    assert "optimizer: adam" in config and "batch_size: 32" in config
+    assert (
+        "| adam-32 | train.optimizer=adam, train.batch_size=32 | 5 |"
+        in (tmp_path / "out" / "recipe.md").read_text()
+    )
+
+
 def test_the_paper_measurement_without_its_corpus_is_a_usage_error(tmp_path):
     command = [str(MEASURE), "paper", str(tmp_path / "out"), "--corpus", str(tmp_path / "none")]
     result = subprocess.run(command, capture_output=True, text=True)
