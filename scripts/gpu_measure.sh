@@ -8,7 +8,8 @@
 #             the paper's batch of 80, fp32 and bf16, the update and the beam-5 search step eager and
 #             replayed from CUDA graphs;
 #             under torch.profiler, the kernels per update and per search step, the host's launch calls,
-#             the GPU's busy fraction and the top kernels by time
+#             the GPU's busy fraction and the top kernels by time; then the demo's RNNsearch trained alone
+#             for DEMO_S seconds, graphs off and on: its updates per second (demo.md)
 #   batches   what fills the card: rnnsearch50's update (vocabularies 30,000, no search) in fp32, tf32 and
 #             bf16, eager and in CUDA graphs, at batches of 80, 256 and 1,024 sentences of 30 + 30 tokens
 #             and at token batches of 6,000 and 24,000 padded positions of 50 + 50-token sentences (60 and
@@ -181,6 +182,49 @@ for system in json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))["systems
 PY
     rm -rf "$work"
 }
+DEMO_S=45  # each demo training of `profile`
+demo_alone() {  # the demo's RNNsearch trained alone, graphs off and on: its updates per second, demo.md
+    local work graphs settings=() options=()
+    work=$(mktemp -d) || return
+    for graphs in off $([[ $DEVICE == cuda ]] && echo on); do
+        settings=("train.device=$DEVICE" "train.cuda_graphs=$graphs" train.validate_every=1000000
+            "train.run_dir=$work/runs/demo_graphs_$graphs" "data.dir=$work/data")
+        if ((QUICK)); then
+            settings+=(data.synthetic.train_size=300 data.synthetic.valid_size=20 data.synthetic.test_size=40
+                vocab.size=200 "${QUICK_MODEL[@]}" train.max_steps=20 train.log_every=5)
+        else
+            settings+=("train.max_minutes=$(awk -v s=$DEMO_S 'BEGIN { printf "%.2f", s / 60 }')")
+        fi
+        mapfile -t options < <(as_options "${settings[@]}")
+        run "demo_graphs_$graphs" "$PYTHON" -m seq2seq_attn train configs/demo_rnnsearch.yaml "${options[@]}"
+    done
+    keep_runs "$work"
+    "$PYTHON" - "$FOLDER" <<'PY' || FAILED=1
+import json, sys
+from pathlib import Path
+folder = Path(sys.argv[1])
+lines = [
+    "# The demo's RNNsearch alone (`seq2seq train configs/demo_rnnsearch.yaml`)",
+    "",
+    "Trained alone on the device, without validation until its budget ends; updates per second between its",
+    "first and last training log lines (start-up and the first log window left out).",
+    "",
+    "| train.cuda_graphs | updates | seconds | updates/s | target tokens/s |",
+    "|---|--:|--:|--:|--:|",
+]
+for log in sorted(folder.glob("runs/demo_graphs_*/metrics.jsonl")):
+    logged = [r for r in map(json.loads, log.read_text(encoding="utf-8").splitlines()) if "tokens_per_s" in r]
+    if len(logged) < 2:
+        continue
+    first, last = logged[0], logged[-1]
+    updates, seconds = last["step"] - first["step"], last["time"] - first["time"]
+    tokens = sum(r["tokens_per_s"] for r in logged[1:]) / (len(logged) - 1)
+    graphs = log.parent.name.rsplit("_", 1)[1]
+    lines.append(f"| {graphs} | {updates:,} | {seconds:.1f} | {updates / seconds:.1f} | {tokens:,.0f} |")
+(folder / "demo.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+PY
+    rm -rf "$work"
+}
 # The `recipe` variants, NAME:SETTING,SETTING... (none: configs/rnnsearch50.yaml as it is); RECIPES in the
 # environment replaces them (space-separated).
 RECIPES=${RECIPES:-"paper: paper-tf32:train.precision=tf32 \
@@ -259,6 +303,7 @@ case $MEASUREMENT in
                 $(size "--batch 80 --vocab ${config##*:}" "--batch 4 --vocab 64 --src-len 6 --tgt-len 5 --beam 2") \
                 --out "$FOLDER/$name"
         done
+        demo_alone
         ;;
     batches)
         for precision in fp32 tf32 bf16; do

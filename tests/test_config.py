@@ -113,6 +113,16 @@ def test_overrides_are_typed_like_yaml(tmp_path):
     assert config.name == "other"
 
 
+def test_an_unquoted_on_or_off_is_read_as_the_choice_of_that_name(tmp_path):
+    """YAML 1.1 reads an unquoted on / off as true / false; a key whose choices are on and off takes them."""
+    path = write(tmp_path, "name: t\ntrain: {cuda_graphs: off}\n")
+    assert load_config(path, []).train.cuda_graphs == "off"
+    config = load_config(path, ["train.cuda_graphs=on", "decode.cuda_graphs=off"])
+    assert (config.train.cuda_graphs, config.decode.cuda_graphs) == ("on", "off")
+    with pytest.raises(UserError, match="`model.attention` must be a string, got False"):
+        load_config(path, ["model.attention=off"])  # no on / off among its choices
+
+
 @pytest.mark.parametrize(
     ("override", "fragment"),
     [

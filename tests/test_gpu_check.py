@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tarfile
@@ -123,8 +124,11 @@ def test_each_gpu_measurement_runs_its_commands_and_brings_back_two_files(tmp_pa
         archive.extractall(tmp_path / "got", filter="data")
     folder = tmp_path / "got" / measurement
     status = (folder / "status.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in status] == ["env", *tables]
+    demo = ["demo_graphs_off"] if measurement == "profile" else []  # the demo alone (CPU: no graphs)
+    assert [line.split(":")[0] for line in status] == ["env", *tables, *demo]
     assert all(": exit code 0 after" in line for line in status)
+    if demo:
+        assert re.search(r"^\| off \| [\d,]+ \| [\d.]+ \| [\d.]+ \|", (folder / "demo.md").read_text(), re.M)
     assert json.loads((folder / "env" / "torch.json").read_text())["cuda_available"] is False
     for table in tables:
         rows = json.loads((folder / f"{table}.json").read_text())["rows"]

@@ -163,6 +163,8 @@ def _check_value(value: Any, hint: Any, rules: dict, path: str, where: str) -> A
         if "items" in rules and any(v not in rules["items"] for v in items):
             fail(f"a list drawn from {rules['items']}")
         return items
+    if hint is str and isinstance(value, bool) and {"on", "off"} <= set(rules.get("choices", ())):
+        value = "on" if value else "off"  # YAML 1.1 reads an unquoted on / off as true / false
     value = _check_scalar(value, hint, fail)
     if "choices" in rules and value not in rules["choices"]:
         fail("one of " + ", ".join(repr(c) for c in rules["choices"]))
