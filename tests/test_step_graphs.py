@@ -85,6 +85,24 @@ def test_the_source_padding_of_a_graphed_batch_changes_no_translation():
     assert_same_nbest(search(model, sources, cfg, graphed=True), search(model, sources, cfg, graphed=False))
 
 
+def test_a_batch_keeps_its_padded_sentence_count_while_more_than_half_still_search(monkeypatch):
+    """As sentences end, the step's sentence count changes only when half of those it holds have ended: a
+    batch of 40 meets a handful of shapes, not one per ending sentence."""
+    model = random_model(6, **FAMILIES[0])
+    graphs, held = StepGraphs(model), []
+    real = graphs._sentences
+
+    def spy(sentences: int) -> int:
+        held.append((sentences, real(sentences)))
+        return held[-1][1]
+
+    monkeypatch.setattr(graphs, "_sentences", spy)
+    sources = random_sources(40, seed=8, longest=25)
+    search(graphs, sources, DecodeConfig(beam_size=1, precision="fp32"), graphed=True)
+    assert all(h // 2 < n <= h for n, h in held)
+    assert len({n for n, _ in held}) > 8 >= len({h for _, h in held})  # many counts, few shapes
+
+
 def test_later_batches_of_a_shape_reuse_its_buffers_and_read_their_own_sentences():
     """One StepGraphs across batches of the same shapes (as in one call to translate_ids): each batch's
     search reads its own encoder output, not the buffers' earlier one."""

@@ -11,9 +11,10 @@ The shapes. A graph replays fixed shapes, while a batch's rows shrink as its sen
 (`search.drop_done`), so:
 - the source: each batch's source ids come padded to a multiple of 8 pieces (`pad_sources`, `graphed`),
   before encoding; the search masks those positions as it masks any padding;
-- the sentences still searching: rounded up to one of 4 sizes per doubling (`padded_sentences`: at most
-  a quarter more, 80 stays 80), each with its k beam rows; a padding row holds a copy of real rows'
-  encoder output and state, so it computes finite numbers, and nothing reads what it computes.
+- the sentences still searching: rounded up to one of 4 sizes per doubling (`padded_sentences`: 80 stays
+  80), and held there while more than half of them still search (`StepGraphs._sentences`), each with its k
+  beam rows; a padding row holds a copy of real rows' encoder output and state, so it computes finite
+  numbers, and nothing reads what it computes.
 One graph serves each (beam rows, sentences, source width, state fields and their dtypes): a decoder whose
 state feeds the previous context (`DecoderState.feed`) has none before its first step, and in bf16 the
 first state (from autocast's products) can be bf16 where the steps return fp32.
@@ -119,6 +120,7 @@ class StepGraphs:
         self.stream = torch.cuda.Stream(self.device) if self.capture else None  # warm-ups and captures
         self.pool = None  # the graphs' shared memory pool, from the first capture
         self.slots: dict[tuple, _Slot] = {}
+        self.held = 0  # the sentences the current batch's steps are padded to
 
     @property
     def training(self) -> bool:
@@ -133,6 +135,7 @@ class StepGraphs:
         return self
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> EncoderOutput:
+        self.held = 0  # a new batch: its sentences are padded afresh (`_sentences`)
         return self.model.encode(src, src_lengths)
 
     def init_state(self, enc: EncoderOutput) -> DecoderState:
@@ -149,7 +152,7 @@ class StepGraphs:
         state and the attention weights (rows, src_len), views of the shape's outputs that the next step
         overwrites (the search reads them, and copies what it keeps, before its next step)."""
         rows, sentences = y_prev.size(0), enc.mask.size(0)
-        slot = self._load(enc, state, y_prev, padded_sentences(sentences))
+        slot = self._load(enc, state, y_prev, self._sentences(sentences))
         if slot.graph is not None:
             slot.graph.replay()
             log_probs, next_state, weights = slot.outputs
@@ -158,6 +161,15 @@ class StepGraphs:
             if self.capture:
                 self._capture(slot)
         return log_probs[:rows], first_rows(next_state, rows), weights[:rows]
+
+    def _sentences(self, sentences: int) -> int:
+        """The sentences the step's graph holds: as many as the batch's steps held so far while more than
+        half of those still search, else `padded_sentences`. So a batch meets a few shapes (80, 40, 20, ...),
+        each replayed for many steps, rather than a new one whenever a sentence ends; padding rows cost the
+        launch-bound GPU little."""
+        if not self.held // 2 < sentences <= self.held:
+            self.held = padded_sentences(sentences)
+        return self.held
 
     def _load(self, enc: EncoderOutput, state: DecoderState, y_prev: Tensor, sentences: int) -> _Slot:
         """The buffers of the step's shape, holding `enc`, `state` and `y_prev` in their first rows."""
