@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/gpu.md, each one command of at most 7.5 minutes that brings back two files.
 #
-#   scripts/gpu_measure.sh MEASUREMENT OUT_DIR [--device cuda|cpu] [--quick] [--corpus DIR]
+#   scripts/gpu_measure.sh MEASUREMENT OUT_DIR [--device cuda|cpu] [--quick] [--corpus DIR] [--set KEY=VALUE]...
 #
 # Measurements (profile and batches: a `python -m benchmarks.bench_step` run per row of work below):
 #   profile   where an update's time goes: small_rnnsearch (vocabularies 4,000) and rnnsearch50 (30,000) at
@@ -57,11 +57,13 @@ shift 2
 DEVICE=cuda
 QUICK=0
 CORPUS=
+EXTRA=()  # --set: config overrides for every training of `paper` and `recipe`, after their own
 while (($#)); do
     case $1 in
         --device) DEVICE=${2:-}; shift 2 || usage ;;
         --quick) QUICK=1; shift ;;
         --corpus) CORPUS=${2:-}; shift 2 || usage ;;
+        --set) [[ ${2:-} == *=* ]] || usage; EXTRA+=("$2"); shift 2 ;;
         *) echo "gpu_measure: unknown option $1" >&2; usage ;;
     esac
 done
@@ -173,6 +175,7 @@ paper() {  # the `paper` measurement (above): reproduce.py on the corpus, then i
     else
         SETS+=("train.max_minutes=$(minutes_left "$PAPER_FIXED_S")")
     fi
+    SETS+=("${EXTRA[@]}")
     mapfile -t options < <(as_options "${SETS[@]}")
     run paper "$PYTHON" scripts/reproduce.py --out "$FOLDER/report" --runs "$work/runs" --parallel --heatmaps 0 \
         "${options[@]}" --label RNNsearch-50 --label RNNencdec-50 configs/rnnsearch50.yaml configs/rnnencdec50.yaml
@@ -242,7 +245,7 @@ recipe() {  # the `recipe` measurement (above): each variant trained alone for a
     local work options=() extra=() variants variant name settings minutes
     work=$(mktemp -d) || { FAILED=1; return; }
     corpus_sets "$work" || { echo "recipe: the corpus $CORPUS lacks a file" >>"$FOLDER/status.txt"; FAILED=1; return; }
-    SETS+=(train.validate_every=1000000 train.valid_bleu=false train.keep_best=1 train.log_every=20)
+    SETS+=(train.validate_every=1000000 train.valid_bleu=false train.keep_best=1 train.log_every=20 "${EXTRA[@]}")
     mapfile -t options < <(as_options "${SETS[@]}")
     run data bash -c '"$1" -m seq2seq_attn data prepare "${@:2}" && "$1" -m seq2seq_attn vocab "${@:2}"' _ \
         "$PYTHON" configs/rnnsearch50.yaml "${options[@]}"

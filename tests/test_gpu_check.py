@@ -175,6 +175,8 @@ def test_the_paper_measurement_trains_both_models_and_brings_back_their_report_a
         "--quick",
         "--corpus",
         str(corpus),
+        "--set",
+        "seed=7",  # overrides reach both trainings
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -191,6 +193,7 @@ def test_the_paper_measurement_trains_both_models_and_brings_back_their_report_a
     runs = sorted(path.name for path in (folder / "runs").iterdir())
     assert len(runs) == 2 and all((folder / "runs" / name / "metrics.jsonl").stat().st_size for name in runs)
     assert (folder / "report" / "curve.png").stat().st_size
+    assert all("seed: 7" in (folder / "runs" / name / "config.yaml").read_text() for name in runs)
     assert "RNNsearch-50" in (tmp_path / "out" / "paper.md").read_text()
 
 
