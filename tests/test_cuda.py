@@ -30,9 +30,11 @@ from helpers import (
     config_of,
     ddp_train,
     errors_against_float64,
+    graph_batches,
     metrics,
     parameters,
     random_model,
+    tiny_config,
     tiny_model,
     write_tiny_config,
 )
@@ -43,7 +45,12 @@ from seq2seq_attn.decoding.graphs import StepGraphs
 from seq2seq_attn.decoding.search import translate_ids
 from seq2seq_attn.model import seq2seq
 from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.training import graphs as graphs_module
 from seq2seq_attn.training import train as train_module
+from seq2seq_attn.training.graphs import CapturedUpdate, PaddedShapes
+from seq2seq_attn.training.optim import Schedule, build_optimizer
+from seq2seq_attn.training.step import Update
+from seq2seq_attn.vocab.batching import collate
 
 FUSED_DECODERS = [  # each fused Function, the conditional GRU's loop in AttentiveGRU too
     ("rnnsearch", "bahdanau"),
@@ -212,6 +219,63 @@ def test_updates_replayed_from_cuda_graphs_are_the_eager_updates(
         "cuda", rtol, params_atol, bf16=precision == "bf16", compiled=compiled, **settings
     )
     assert captured >= 2  # several shapes captured, and replayed by the later batches
+
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def captured_update(device: str, optimizer: str, **model: object):
+    """A tiny RNNsearch in training mode whose update is a `CapturedUpdate` (on a CPU: eager on the same
+    buffers), its optimiser capturable, and one batch padded to its shape."""
+    cfg = tiny_config(
+        train={"optimizer": optimizer, "batch_type": "sentences", "batch_size": 4, "max_len": 12}
+    ).train
+    net = tiny_model(**model).to(device).train()
+    built = build_optimizer(list(net.parameters()), cfg, capturable=True)
+    update = CapturedUpdate(Update(net, net, built, cfg, torch.device(device), False))
+    src, tgt = graph_batches(1)[0]
+    batch = collate(src, tgt, pin=device == "cuda", pad_to=PaddedShapes.of(cfg))
+    return net, built, Schedule(built, cfg), update, batch
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("optimizer", ["adam", "adadelta"])
+def test_an_update_replayed_with_a_non_finite_gradient_changes_nothing(device, optimizer, monkeypatch):
+    """The guarded step inside a graph (Adam's found_inf, Adadelta's undo on the device): a replay whose
+    gradient is not finite (its loss divided by 0) reports itself skipped and leaves the parameters and
+    the optimiser's state as they were; the next replay steps again."""
+    net, built, schedule, update, batch = captured_update(device, optimizer)
+    for step in range(3):  # the eager first update, then the capture; the third replays
+        schedule.set_step(step)
+        update(batch)
+    assert len(update) == (1 if device == "cuda" else 0)
+    params = [p.detach().clone() for p in net.parameters()]
+    state = [t.clone() for p in net.parameters() for t in built.state[p].values() if torch.is_tensor(t)]
+    monkeypatch.setattr(graphs_module, "loss_divisor", lambda *args: 0.0)
+    _, bad, _ = update(batch)
+    assert bad.item() == 1.0
+    assert all(torch.equal(p, old) for p, old in zip(net.parameters(), params, strict=True))
+    after = [t for p in net.parameters() for t in built.state[p].values() if torch.is_tensor(t)]
+    assert all(torch.equal(t, old) for t, old in zip(after, state, strict=True))
+    monkeypatch.undo()
+    _, bad, _ = update(batch)
+    assert bad.item() == 0.0
+    assert not all(torch.equal(p, old) for p, old in zip(net.parameters(), params, strict=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_replayed_updates_draw_new_dropout_masks(device):
+    """Dropout in a captured update: each replay of the same batch draws new masks (torch registers its
+    generator with the capture), so the same batch gives a new loss each time, as eagerly."""
+    _, _, schedule, update, batch = captured_update(
+        device, "adam", dropout_embed=0.3, dropout_hidden=0.3, dropout_output=0.3
+    )
+    schedule.set_step(0)
+    losses = []
+    for _ in range(4):
+        update.update.optimizer.param_groups[0]["lr"].fill_(0.0)  # the same weights every time
+        losses.append(update(batch)[0].item())
+    assert len(set(losses)) == 4
 
 
 @pytest.mark.cuda

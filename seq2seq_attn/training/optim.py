@@ -58,6 +58,7 @@ def build_optimizer(
         eps=cfg.adadelta_eps,
         weight_decay=cfg.weight_decay,
         capturable=capturable,
+        foreach=True if capturable else None,  # torch's single-tensor step would read a tensor rate back
     )
 
 
@@ -65,12 +66,17 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]
     """A checkpoint's optimiser state, loaded into `optimizer` as this run built it: whether it is
     capturable, and its learning rate's form (a device tensor or a number), belong to this run's
     `train.cuda_graphs`, not to the run that wrote the checkpoint (the rate itself is the schedule's,
-    set before every update). torch's `load_state_dict` alone would take both from the checkpoint."""
+    set before every update). torch's `load_state_dict` alone would take both from the checkpoint, and
+    would replace a tensor rate by a copy, which the schedule would then write while a captured update
+    reads the original: each group keeps its own rate object."""
+    rates = [group["lr"] for group in optimizer.param_groups]
     groups = [
         {**saved_group, "capturable": group.get("capturable", False), "lr": group["lr"]}
         for saved_group, group in zip(saved["param_groups"], optimizer.param_groups, strict=True)
     ]
     optimizer.load_state_dict({**saved, "param_groups": groups})
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
 
 
 def warmup_factor(step: int, cfg: TrainConfig) -> float:
@@ -145,6 +151,7 @@ def step_optimizer(
     if fused:
         optimizer.found_inf = bad
         optimizer.step()
+        del optimizer.found_inf  # a later step must not skip on this update's (a graph's) flag
     elif on_device and has_state(optimizer):
         _step_unless(optimizer, bad)
     elif not bool(bad):
