@@ -105,6 +105,26 @@ def test_keep_best_and_early_stopping(workdir):
     assert load_checkpoint(run / "checkpoints" / "latest.pt")["step"] == 6
 
 
+def test_without_dev_bleu_the_loss_ranks_the_checkpoints(workdir):
+    """train.valid_bleu off with early_stop_metric bleu (the default): no BLEU is computed, so the dev
+    loss picks the best checkpoint and judges patience (a BLEU of 0 at every validation would keep the
+    first checkpoint and stop the run)."""
+    config = config_of(
+        workdir,
+        "train.valid_bleu=false",
+        "train.validate_every=5",
+        "train.patience=2",
+        "train.keep_best=1",
+        "train.max_steps=20",
+    )
+    assert (config.train.early_stop_metric, config.train.ranking_metric) == ("bleu", "loss")
+    run = train_module.train(config)
+    valid = [(r["step"], r["valid_loss"]) for r in metrics(run) if "valid_loss" in r]
+    assert [step for step, _ in valid] == [5, 10, 15, 20]  # the loss falls: no early stop
+    best_step = min(valid, key=lambda record: record[1])[0]
+    assert best_step > 5 and os.readlink(run / "checkpoints" / "best.pt") == f"step-{best_step}.pt"
+
+
 @pytest.mark.parametrize(
     ("metric", "values"), [("bleu", [10, 12, 12, 11, 13]), ("loss", [3, 2.5, 2.5, 2.6, 2])]
 )

@@ -426,11 +426,21 @@ class TrainConfig:
         ge=1,
     )
     early_stop_metric: str = option(
-        "bleu", "Metric for best checkpoint and early stopping.", choices=["bleu", "loss"]
+        "bleu",
+        "Metric for best checkpoint, early stopping and reduce-on-plateau. bleu needs train.valid_bleu: "
+        "with it off, no BLEU is computed and the loss decides.",
+        choices=["bleu", "loss"],
     )
     patience: int = option(0, "Validations without improvement before stopping (0: never).", ge=0)
     keep_best: int = option(3, "Best checkpoints kept besides the latest.", ge=1)
     max_nonfinite: int = option(20, "Consecutive non-finite losses/gradients that stop the run.", ge=1)
+
+    @property
+    def ranking_metric(self) -> str:
+        """The dev metric that ranks checkpoints (`early_stop_metric`): the loss when `valid_bleu` is off,
+        since no BLEU is computed then (a BLEU of 0 at every validation would keep the first checkpoints
+        as the best and end a run with `patience`)."""
+        return self.early_stop_metric if self.valid_bleu else "loss"
 
 
 # ----------------------------------------------------------------------------------------------------------

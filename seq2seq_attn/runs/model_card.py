@@ -164,7 +164,7 @@ def checkpoint_text(config: Config, source: dict[str, Any]) -> str:
     shown = f"dev loss {scores['loss']:.4f}, perplexity {scores['ppl']:.2f}"
     if config.train.valid_bleu:
         shown += f", BLEU {scores['bleu']:.2f}"
-    return text + f": {shown} (the run kept its best checkpoints by dev {config.train.early_stop_metric})."
+    return text + f": {shown} (the run kept its best checkpoints by dev {config.train.ranking_metric})."
 
 
 def evaluation_text(evaluation: Evaluation | None) -> str:

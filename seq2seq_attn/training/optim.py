@@ -115,11 +115,11 @@ class Schedule:
     def validated(self, value: float) -> None:
         """reduce-on-plateau: after `plateau_patience` validations without improvement, decay the rate.
 
-        `value` is the dev set's `train.early_stop_metric`, the metric that also picks the best checkpoints.
+        `value` is the dev set's `ranking_metric`, the metric that also picks the best checkpoints.
         """
         if self.cfg.scheduler != "plateau":
             return
-        if improves(self.cfg.early_stop_metric, value, self.best):
+        if improves(self.cfg.ranking_metric, value, self.best):
             self.best, self.bad_validations = value, 0
             return
         self.bad_validations += 1

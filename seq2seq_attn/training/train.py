@@ -311,8 +311,8 @@ class _Loop:
         cfg, progress = self.cfg, self.progress
         result = validate(self.model, self.config, self.vocab, self.device, self.bf16)
         self.log({f"valid_{k}": v for k, v in result.items()})
-        entered, dropped = progress.validated(result, cfg.early_stop_metric, cfg.keep_best)
-        self.schedule.validated(result[cfg.early_stop_metric])
+        entered, dropped = progress.validated(result, cfg.ranking_metric, cfg.keep_best)
+        self.schedule.validated(result[cfg.ranking_metric])
         payload = self.checkpoint(rank_states)  # built once: the best-K copy and latest.pt are the same state
         save_validated(checkpoint_dir(self.run_dir), payload, progress.kept, entered, dropped)
         return bool(cfg.patience) and progress.bad_validations >= cfg.patience
