@@ -308,6 +308,8 @@ def measure_search(
         "beam_matmul_gflop_per_s": round(2 * macs / search_s / 1e9, 3),
         "beam_peak_mib": peak_memory_mib(device),
     }
+    if graphs:
+        row["beam_graphs"] = len(searched)  # the step shapes captured: the first step and the rest
     if args.profile:
         row["beam_profile"] = profile(search, device, units=steps)
     return row
