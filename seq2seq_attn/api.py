@@ -7,7 +7,7 @@ attention from a notebook or a service.
     model.score(["The cat sat on the mat."], ["Le chat était assis sur le tapis."])
 
 The command line calls the same functions (decoding.translate.Translator,
-evaluation.likelihood.Scorer, decoding.loader.load_runs), so
+evaluation.models.likelihood.Scorer, decoding.loader.load_runs), so
 a sentence gets the same translation and score here as from `seq2seq translate` and `seq2seq score`
 with the same settings. Errors a user can cause (a missing run, an incompatible checkpoint, a bad decode
 key) raise `UserError`, whose message names the file or config key. docs/api.md shows a session.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.model import device
 
 
@@ -69,3 +71,24 @@ def test_decode_precision_runs_a_model_as_decode_precision_asks(monkeypatch):
         with device.decode_precision(precision, cpu):
             assert not tf32() and not torch.is_autocast_enabled("cpu")
     assert (tf32(), torch.is_autocast_enabled("cpu")) == before
+
+
+def test_a_device_is_auto_cpu_cuda_or_cuda_n_and_a_missing_one_is_an_error(monkeypatch):
+    """`cuda:N` names device N (the API's `device`); a device that is not there, or a misspelt one, is a
+    one-line error naming the option, never a silent fall-back to the CPU or to device 0."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert device.resolve_device("cuda:1", "device") == torch.device("cuda", 1)
+    assert device.resolve_device("cuda", "train.device", index=1) == torch.device("cuda", 1)
+    assert device.resolve_device("auto", "device") == torch.device("cuda", 0)
+    assert device.resolve_device("cpu", "device") == torch.device("cpu")
+    with pytest.raises(UserError, match=r"^device is 'cuda:2' but only 2 CUDA device\(s\) are available$"):
+        device.resolve_device("cuda:2", "device")
+    for wrong in ("gpu", "cuda:x", "cpu:0", "cuda:"):
+        with pytest.raises(UserError, match=rf"^--device must be auto, cpu, cuda or cuda:N, got '{wrong}'$"):
+            device.resolve_device(wrong, "--device")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert device.resolve_device("auto", "device") == torch.device("cpu")
+    with pytest.raises(UserError, match="^device is 'cuda:1' but no CUDA device is available$"):
+        device.resolve_device("cuda:1", "device")

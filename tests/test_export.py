@@ -4,6 +4,7 @@ network here) and loading `hf://OWNER/NAME` from the client's cache, offline."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 import subprocess
@@ -366,6 +367,47 @@ def test_push_uploads_the_folder_with_the_hub_client(
         failed, f"hf://owner/tiny: push of {folder} failed: ConnectionError: [Errno 111] Connection refused"
     )
     assert (folder / "model.safetensors").is_file()  # the folder is written before the push
+
+
+@pytest.mark.slow(seconds=5)
+def test_a_hub_model_brings_its_report_and_training_record(
+    tiny_run_dir: Path, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Loading `hf://` fetches only the files loading reads (`LOADED_FILES`): those include the folder's
+    BLEU-by-length report and training record, so the API and eval show them as for the local folder."""
+    report = tmp_path / "report.json"
+    args = [
+        "--hyp",
+        str(source),
+        "--label",
+        "tiny",
+        "--src",
+        str(source),
+        "--ref",
+        str(source),
+        "--by-length",
+    ]
+    assert run_main("eval", *args, "--bootstrap", "0", "--output", str(report)).returncode == 0
+    run = shutil.copytree(tiny_run_dir, tmp_path / "run")
+    (run / "provenance.json").write_text('[{"from_step": 0}]\n', encoding="utf-8")  # as training writes it
+    folder = tmp_path / "exported"
+    export(run, folder, "--report", str(report))
+
+    def snapshot_download(repo_id: str, allow_patterns: list[str], **_: object) -> str:
+        """The hub's client, offline: the folder's files that `allow_patterns` name, nothing else."""
+        fetched = tmp_path / "snapshot"
+        for path in folder.rglob("*"):
+            relative = path.relative_to(folder).as_posix()
+            if path.is_file() and any(fnmatch.fnmatch(relative, pattern) for pattern in allow_patterns):
+                (fetched / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, fetched / relative)
+        return str(fetched)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    loaded = s2s.load("hf://owner/tiny")
+    assert loaded.bleu_by_length == s2s.load(folder).bleu_by_length is not None
+    assert (tmp_path / "snapshot" / "provenance.json").is_file()
+    assert not (tmp_path / "snapshot" / "README.md").exists()  # the card is not needed to load
 
 
 @pytest.mark.slow(seconds=5)

@@ -25,11 +25,20 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def resolve_device(choice: str, option: str, index: int = 0) -> torch.device:
-    """`auto` is CUDA device `index` when one is available, else the CPU; asking for `cuda` without one is
-    a one-line error naming the option (`train.device`, `--device`)."""
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"{option} is 'cuda' but no CUDA device is available")
-    if choice == "cpu" or not torch.cuda.is_available():
+    """`auto` is CUDA device `index` when one is available, else the CPU; `cuda` is device `index`,
+    `cuda:N` device N. Asking for a CUDA device that is not there, or for anything else, is a one-line
+    error naming the option (`train.device`, `--device`, the API's `device`)."""
+    kind, _, number = choice.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (":" in choice and (kind != "cuda" or not number.isdigit())):
+        raise UserError(f"{option} must be auto, cpu, cuda or cuda:N, got {choice!r}")
+    if kind == "cuda":
+        wanted = int(number) if number else index
+        found = torch.cuda.device_count()
+        if wanted >= found:
+            there = f"only {found} CUDA device(s) are available" if found else "no CUDA device is available"
+            raise UserError(f"{option} is {choice!r} but {there}")
+        return torch.device("cuda", wanted)
+    if kind == "cpu" or not torch.cuda.is_available():
         return torch.device("cpu")
     return torch.device("cuda", index)
 

@@ -34,7 +34,7 @@ from ..config import Config
 from ..errors import UserError
 from ..io import read_json
 from ..vocab.pieces import Vocab
-from .run_folder import VOCAB_DIR, rebuild
+from .run_folder import PROVENANCE, VOCAB_DIR, rebuild
 from .shortlist_table import TABLE_FILE
 
 LIBRARY = "seq2seq-attn"  # config.json's `library_name`, and the card's
@@ -45,7 +45,8 @@ CARD_FILE = "README.md"
 REPORT_FILE = "by_length.json"
 FIGURE_STEM = "curve"  # the figure keeps its suffix: curve.png
 FIGURE_SUFFIXES = (".png", ".svg", ".jpg", ".jpeg")  # images a model card shows
-LOADED_FILES = (CONFIG_FILE, WEIGHTS_FILE, f"{VOCAB_DIR}/*", TABLE_FILE)  # what decoding reads
+# what loading a model reads: decoding's files, and the report and training record the API and eval show
+LOADED_FILES = (CONFIG_FILE, WEIGHTS_FILE, f"{VOCAB_DIR}/*", TABLE_FILE, REPORT_FILE, PROVENANCE)
 
 
 @dataclass(frozen=True)
