@@ -120,7 +120,9 @@ class HuggingFaceConfig:
     )
     config: str = option("fr-en", "Dataset configuration name ('' for none).")
     train_split: str = option("train", "Split used for training.")
-    valid_split: str = option("validation", "Split used for validation (the paper: newstest2012+2013).")
+    valid_split: str = option(
+        "validation", "Split used for validation (wmt14's is newstest2013; the paper used newstest2012+2013)."
+    )
     test_split: str = option("test", "Split used for testing (the paper: newstest2014).")
     translation_field: str = option(
         "translation", "Column holding {lang: text} dicts; '' to use src_field/tgt_field instead."
@@ -336,17 +338,18 @@ class TrainConfig:
     )
     precision: str = option(
         "auto",
-        "auto: bf16 autocast on GPU, fp32 on CPU (bf16 pays on some CPUs only, and on an H100 it was slower "
-        "for the attention models: docs/performance.md). tf32: fp32, the matrix products and cuDNN's RNNs "
-        "on a GPU's TF32 tensor cores (Ampere and newer; fp32 on a CPU). fp32 is fp32 on a GPU too.",
+        "auto: bf16 autocast on GPU, fp32 on CPU (bf16 pays on some CPUs only; on the GPUs measured, the "
+        "paper model's updates took from 7% less to 41% more time than in fp32: docs/performance.md). "
+        "tf32: fp32, the matrix products and cuDNN's RNNs on a GPU's TF32 tensor cores (Ampere and newer; "
+        "fp32 on a CPU). fp32 is fp32 on a GPU too.",
         choices=["auto", "fp32", "tf32", "bf16"],
     )
     compile: bool = option(
         False,
-        "Run the additive attention's per-step work (and its gradient) through torch.compile: "
-        "faster updates after seconds of compiling, by how much depends on the machine "
-        "(docs/performance.md); "
-        "needs a C++ compiler (Triton on a GPU). Validation's search uses it too.",
+        "Run the additive attention's per-step work (and its gradient) through torch.compile, after "
+        "seconds of compiling; needs a C++ compiler (Triton on a GPU). On the GPUs measured it made "
+        "training updates slower (docs/performance.md); on a CPU, time it with `benchmarks.bench_step "
+        "--compile`. Validation's search uses it too.",
     )
     cuda_graphs: str = option(
         "auto",
@@ -391,7 +394,9 @@ class TrainConfig:
     scheduler: str = option(
         "constant", "Learning-rate schedule.", choices=["constant", "plateau", "inverse_sqrt"]
     )
-    warmup_steps: int = option(0, "Linear warm-up steps (inverse_sqrt; also applied before constant).", ge=0)
+    warmup_steps: int = option(
+        0, "Linear warm-up steps, before any scheduler's rate (constant, inverse_sqrt, plateau).", ge=0
+    )
     plateau_factor: float = option(
         0.5, "plateau: multiply the rate by this when the dev metric stalls.", gt=0, lt=1
     )
@@ -418,7 +423,9 @@ class TrainConfig:
         0, "Extra 'latest' checkpoints every N updates for resume (0: at validation).", ge=0
     )
     valid_bleu: bool = option(True, "Compute dev BLEU at validation (else loss only).")
-    valid_max_sentences: int = option(0, "Translate at most this many dev sentences for BLEU (0: all).", ge=0)
+    valid_max_sentences: int = option(
+        0, "Validate on at most this many dev sentences, their loss and BLEU (0: all).", ge=0
+    )
     valid_beam: int = option(
         1,
         "Beam width for dev BLEU (1: greedy, fast); otherwise the decode section's search, with EOS forced "
@@ -554,10 +561,12 @@ class DecodeConfig:
     lexical_shortlist: bool = option(
         False,
         "Score only each sentence's lexical candidates (the run's lexical_shortlist.npz, built by "
-        "`seq2seq lexical-shortlist RUN`): a faster output layer, an approximate search.",
+        "`seq2seq lexical-shortlist RUN`): a smaller output layer, an approximate search; faster where a "
+        "batch's lists are small against the vocabulary (large vocabularies, few sentences at a time), not "
+        "in batches of 64 at 4,000-8,000 pieces (docs/performance.md).",
         short=(
             "Score only each sentence's lexical candidates (`seq2seq lexical-shortlist RUN` "
-            "builds them): faster, approximate."
+            "builds them): approximate; faster with large vocabularies or few sentences."
         ),
     )
     max_src_tokens: int = option(
@@ -569,10 +578,11 @@ class DecodeConfig:
     )
     precision: str = option(
         "auto",
-        "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 is "
-        "faster on some CPUs with AVX-512 BF16 but not all, and was no faster on an H100; tf32 (search on a "
-        "GPU) runs fp32 with the matrix products and cuDNN's RNNs on TF32 tensor cores; int8 (CPU only, "
-        "search only: translate, eval, the Python API) runs the decoder's products with int8 weights, one "
+        "auto: bf16 autocast on GPU, fp32 on CPU. fp32 keeps results independent of the batch; bf16 "
+        "measured faster on a CPU with AVX-512 BF16 and slower on others, and on the GPUs measured its "
+        "search steps took from 17% less to 29% more time than fp32's; tf32 (search on a GPU) runs fp32 "
+        "with the matrix products and cuDNN's RNNs on TF32 tensor cores; int8 (CPU only, search only: "
+        "translate, eval, serve, the Python API) runs the decoder's products with int8 weights, one "
         "scale per row (docs/performance.md).",
         choices=["auto", "fp32", "tf32", "bf16", "int8"],
         short=(
@@ -583,11 +593,12 @@ class DecodeConfig:
     compile: bool = option(
         False,
         "Run the additive attention's per-step work through torch.compile in `translate` and `eval` "
-        "beam search (see train.compile): faster on long inputs after seconds of compiling; greedy search "
-        "gains nothing and never compiles.",
+        "beam search (see train.compile), after seconds of compiling: on the GPUs measured a search step "
+        "took from 17% less to 29% more time (docs/performance.md); greedy search gains nothing and never "
+        "compiles.",
         short=(
-            "Run the additive attention through torch.compile: faster beam search after seconds "
-            "of compiling; greedy never compiles."
+            "Run the additive attention through torch.compile (beam search; measured both faster and "
+            "slower); greedy never compiles."
         ),
     )
     cuda_graphs: str = option(
