@@ -5,8 +5,9 @@ Natural test sets thin out past 60 words, and length robustness follows the leng
 extends it: walking the test set in order, each input takes the next k pairs (k drawn uniformly from
 2..`most`, seeded), stops adding pairs before its source would pass `max_words` whitespace words (two pairs
 at least), and joins sources and references with a space. Every pair is used once, in order, so the
-references stay aligned. These are concatenated sentences, not natural long ones: each part is a whole
-sentence, and a translation of one long input must keep them in order.
+references stay aligned; a last pair with none after it to join is left out. These are concatenated
+sentences, not natural long ones: each part is a whole sentence, and a translation of one long input must
+keep them in order.
 
 Writes `long.src`, `long.tgt` and `manifest.json` (the inputs, their hashes, the settings, and for each
 output line the 0-based test lines it joins) into a folder.

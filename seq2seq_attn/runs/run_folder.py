@@ -54,8 +54,8 @@ def record_sitting(run_dir: Path, device: str | torch.device, step: int) -> None
 
 
 def run_provenance(run_dir: Path) -> list[dict[str, Any]] | None:
-    """The sittings that trained a run (`record_sitting`), oldest first; None for a run folder written
-    before runs recorded them, or an exported model folder."""
+    """The sittings that trained a run (`record_sitting`), oldest first, from a run folder or a model
+    folder exported from one; None where none were recorded (a run from before runs recorded them)."""
     path = Path(run_dir) / PROVENANCE
     return read_json(path) if path.is_file() else None
 
