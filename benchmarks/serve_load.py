@@ -843,8 +843,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.interleave and args.interleave <= args.warmup:
         parser.error(f"--interleave {args.interleave} leaves no sentence after --warmup {args.warmup}")
-    modes = {"serve_mixed.md": args.mixed, "serve_guards.md": args.guards}
-    modes["serve_interleaved.md"] = bool(args.interleave)
+    modes = {
+        "serve_mixed.md": args.mixed,
+        "serve_guards.md": args.guards,
+        "serve_interleaved.md": args.interleave,
+    }
     name = next((name for name, chosen in modes.items() if chosen), "serve_load.md")
     args.doc = args.doc or ROOT / "benchmarks/results" / name
     return args

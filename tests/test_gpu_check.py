@@ -93,6 +93,25 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, message):
 MEASURE = SCRIPT.parent / "gpu_measure.sh"
 
 
+def measure(tmp_path: Path, measurement: str, *options: str, **env: str) -> tuple[Path, list[str]]:
+    """scripts/gpu_measure.sh MEASUREMENT in its CPU mode (`--device cpu --quick`, `options` after), run to
+    success with `env` added: the archive's folder, extracted, and each line of its status.txt's run name."""
+    command = [str(MEASURE), measurement, str(tmp_path / "out"), "--device", "cpu", "--quick", *options]
+    environment = {**os.environ, "PYTHON": sys.executable, **env}
+    result = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        f"{measurement}.md",
+        f"{measurement}.tar.gz",
+    ]
+    with tarfile.open(tmp_path / "out" / f"{measurement}.tar.gz") as archive:
+        archive.extractall(tmp_path / "got", filter="data")
+    folder = tmp_path / "got" / measurement
+    status = (folder / "status.txt").read_text().splitlines()
+    assert all(": exit code 0 after" in line for line in status)
+    return folder, [line.split(":")[0] for line in status]
+
+
 @pytest.mark.e2e
 @pytest.mark.slow(seconds=80)
 @pytest.mark.parametrize(
@@ -112,21 +131,9 @@ MEASURE = SCRIPT.parent / "gpu_measure.sh"
 def test_each_gpu_measurement_runs_its_commands_and_brings_back_two_files(tmp_path, measurement, tables):
     """scripts/gpu_measure.sh in its CPU mode: every bench_step run of the measurement finishes, and OUT
     holds its tables and one archive of them, their JSON, the environment and the logs."""
-    env = {**os.environ, "PYTHON": sys.executable}
-    command = [str(MEASURE), measurement, str(tmp_path / "out"), "--device", "cpu", "--quick"]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
-        f"{measurement}.md",
-        f"{measurement}.tar.gz",
-    ]
-    with tarfile.open(tmp_path / "out" / f"{measurement}.tar.gz") as archive:
-        archive.extractall(tmp_path / "got", filter="data")
-    folder = tmp_path / "got" / measurement
-    status = (folder / "status.txt").read_text().splitlines()
+    folder, runs = measure(tmp_path, measurement)
     demo = ["demo_graphs_off"] if measurement == "profile" else []  # the demo alone (CPU: no graphs)
-    assert [line.split(":")[0] for line in status] == ["env", *tables, *demo]
-    assert all(": exit code 0 after" in line for line in status)
+    assert runs == ["env", *tables, *demo]
     if demo:
         assert re.search(r"^\| off \| [\d,]+ \| [\d.]+ \| [\d.]+ \|", (folder / "demo.md").read_text(), re.M)
     assert json.loads((folder / "env" / "torch.json").read_text())["cuda_available"] is False
@@ -164,36 +171,20 @@ def test_the_paper_measurement_trains_both_models_and_brings_back_their_report_a
     """scripts/gpu_measure.sh paper in its CPU mode on a tiny corpus: both systems train and are scored by
     length, and the archive holds the report, each system's test translations (one line per test
     sentence) and its training log."""
-    env = {**os.environ, "PYTHON": sys.executable}
     corpus = tiny_corpus(tmp_path / "corpus")
-    command = [
-        str(MEASURE),
-        "paper",
-        str(tmp_path / "out"),
-        "--device",
-        "cpu",
-        "--quick",
-        "--corpus",
-        str(corpus),
-        "--set",
-        "seed=7",  # overrides reach both trainings
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    with tarfile.open(tmp_path / "out" / "paper.tar.gz") as archive:
-        archive.extractall(tmp_path / "got", filter="data")
-    folder = tmp_path / "got" / "paper"
-    status = (folder / "status.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in status] == ["env", "paper"]
+    # --set: overrides reach both trainings
+    folder, runs = measure(tmp_path, "paper", "--corpus", str(corpus), "--set", "seed=7")
+    assert runs == ["env", "paper"]
     report = json.loads((folder / "report" / "by_length.json").read_text())
     assert [system["label"] for system in report["systems"]] == ["RNNsearch-50", "RNNencdec-50"]
     for label in ("RNNsearch-50", "RNNencdec-50"):
         with gzip.open(folder / f"test.{label}.hyp.gz", "rt", encoding="utf-8") as hyps:
             assert len(hyps.read().splitlines()) == 40
-    runs = sorted(path.name for path in (folder / "runs").iterdir())
-    assert len(runs) == 2 and all((folder / "runs" / name / "metrics.jsonl").stat().st_size for name in runs)
+    trained = sorted(path.name for path in (folder / "runs").iterdir())
+    assert len(trained) == 2
+    assert all((folder / "runs" / name / "metrics.jsonl").stat().st_size for name in trained)
     assert (folder / "report" / "curve.png").stat().st_size
-    assert all("seed: 7" in (folder / "runs" / name / "config.yaml").read_text() for name in runs)
+    assert all("seed: 7" in (folder / "runs" / name / "config.yaml").read_text() for name in trained)
     assert "RNNsearch-50" in (tmp_path / "out" / "paper.md").read_text()
 
 
@@ -203,29 +194,10 @@ def test_the_recipe_measurement_trains_each_variant_and_tables_its_dev_loss(tmp_
     """scripts/gpu_measure.sh recipe in its CPU mode on a tiny corpus, with RECIPES replaced: the data are
     prepared once, each variant trains with its own settings, and recipe.md / recipe.json give each one's
     updates, speed and dev loss."""
-    env = {
-        **os.environ,
-        "PYTHON": sys.executable,
-        "RECIPES": "paper: adam-32:train.optimizer=adam,train.batch_size=32",
-    }
     corpus = tiny_corpus(tmp_path / "corpus")
-    command = [
-        str(MEASURE),
-        "recipe",
-        str(tmp_path / "out"),
-        "--device",
-        "cpu",
-        "--quick",
-        "--corpus",
-        str(corpus),
-    ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    with tarfile.open(tmp_path / "out" / "recipe.tar.gz") as archive:
-        archive.extractall(tmp_path / "got", filter="data")
-    folder = tmp_path / "got" / "recipe"
-    status = (folder / "status.txt").read_text().splitlines()
-    assert [line.split(":")[0] for line in status] == ["env", "data", "paper", "adam-32"]
+    recipes = "paper: adam-32:train.optimizer=adam,train.batch_size=32"
+    folder, runs = measure(tmp_path, "recipe", "--corpus", str(corpus), RECIPES=recipes)
+    assert runs == ["env", "data", "paper", "adam-32"]
     rows = json.loads((folder / "recipe.json").read_text())["rows"]
     assert [(row["variant"], row["settings"], row["updates"]) for row in rows] == [
         ("paper", [], 5),

@@ -20,6 +20,7 @@ from seq2seq_attn.decoding.graphs import StepGraphs, padded_sentences, uses_step
 from seq2seq_attn.decoding.search import pad_sources, search_with_retries, translate_ids
 from seq2seq_attn.decoding.shortlist import Shortlisted
 from seq2seq_attn.errors import UserError
+from seq2seq_attn.model.states import tensor_fields
 from seq2seq_attn.runs.shortlist_table import LexicalTable
 from seq2seq_attn.vocab.pieces import PAD_ID
 
@@ -145,7 +146,7 @@ def test_a_state_of_another_dtype_gets_its_own_buffers(family: dict, monkeypatch
     real_copy = graphs_module.copy_rows
 
     def spy(buffers, values) -> None:
-        for name, value in graphs_module.tensors(values).items():
+        for name, value in tensor_fields(values).items():
             copied.append((getattr(buffers, name).dtype, value.dtype))
         real_copy(buffers, values)
 

@@ -48,6 +48,7 @@ from ..config import DecodeConfig
 from ..config.schema import GRAPH_AUTO_SENTENCES
 from ..model import DecoderState, EncoderOutput, Seq2Seq
 from ..model.device import captures
+from ..model.states import tensor_fields
 from ..vocab.batching import graph_rows
 
 T = TypeVar("T")
@@ -73,19 +74,14 @@ def padded_sentences(sentences: int) -> int:
     return graph_rows(sentences, 4)
 
 
-def tensors(obj: Any) -> dict[str, Tensor]:
-    """The tensor fields of a state dataclass (`EncoderOutput`, `DecoderState`), None fields left out."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) is not None}
-
-
 def first_rows(obj: T, rows: int) -> T:
     """`obj` with only the first `rows` rows of each tensor (views)."""
-    return dataclasses.replace(obj, **{name: t[:rows] for name, t in tensors(obj).items()})
+    return dataclasses.replace(obj, **{name: t[:rows] for name, t in tensor_fields(obj).items()})
 
 
 def copy_rows(buffers: Any, values: Any) -> None:
     """The rows of `values`' tensors into the first rows of `buffers`' (a dataclass of the same fields)."""
-    for name, t in tensors(values).items():
+    for name, t in tensor_fields(values).items():
         getattr(buffers, name)[: t.size(0)].copy_(t, non_blocking=True)
 
 
@@ -178,7 +174,7 @@ class StepGraphs:
             rows,
             sentences,
             enc.mask.size(1),
-            tuple((name, t.dtype) for name, t in tensors(state).items()),
+            tuple((name, t.dtype) for name, t in tensor_fields(state).items()),
         )
         slot = self.slots.get(key)
         if slot is None:  # copies of the real rows, the first repeated as padding

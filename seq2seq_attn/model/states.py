@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from torch import Tensor
 
 T = TypeVar("T")
 
 
+def tensor_fields(obj: Any) -> dict[str, Tensor]:
+    """The tensor fields of dataclass `obj` by name, None fields left out."""
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if getattr(obj, f.name) is not None}
+
+
 def index_select_batch(obj: T, index: Tensor) -> T:
     """A copy of dataclass `obj` with rows `index` of each tensor field (None fields stay None)."""
-    rows = {
-        f.name: getattr(obj, f.name).index_select(0, index)
-        for f in dataclasses.fields(obj)
-        if getattr(obj, f.name) is not None
-    }
+    rows = {name: t.index_select(0, index) for name, t in tensor_fields(obj).items()}
     return dataclasses.replace(obj, **rows)
 
 
