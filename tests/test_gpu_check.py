@@ -223,3 +223,40 @@ def test_an_unknown_measurement_is_a_usage_error(tmp_path):
     result = subprocess.run([str(MEASURE), "speed", str(tmp_path / "out")], capture_output=True, text=True)
     assert result.returncode == 2 and "usage: scripts/gpu_measure.sh MEASUREMENT OUT_DIR" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+# What the GPU machine's image lacks of the product's dependencies (it has torch, sentencepiece, sacrebleu,
+# typer, tqdm, pyyaml, matplotlib, safetensors), hidden here so that an import of one outside serving fails.
+DEVICE_IMAGE_LACKS = ("datasets", "fastapi", "starlette", "uvicorn", "pydantic", "sacremoses")
+
+HIDE_AND_IMPORT = """
+import importlib, importlib.abc, pkgutil, runpy, sys
+lacks = set(sys.argv[1].split(","))
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in lacks:
+            raise ImportError(f"hidden: {name}")
+sys.meta_path.insert(0, Hide())
+import seq2seq_attn
+names = [m.name for m in pkgutil.walk_packages(seq2seq_attn.__path__, "seq2seq_attn.")]
+for name in [n for n in names if not n.startswith("seq2seq_attn.serving")] + ["benchmarks.bench_step"]:
+    importlib.import_module(name)
+sys.argv = ["seq2seq", "--help"]
+runpy.run_module("seq2seq_attn", run_name="__main__")
+"""
+
+
+def test_what_the_device_runs_imports_without_the_packages_the_device_image_lacks():
+    """The GPU machine's image has no registry: training, decoding, evaluation, the benchmarks and the CLI's
+    help must load without datasets, FastAPI, uvicorn or sacremoses (each loaded where it is used)."""
+    root = SCRIPT.parent.parent
+    result = subprocess.run(
+        [sys.executable, "-c", HIDE_AND_IMPORT, ",".join(DEVICE_IMAGE_LACKS)],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "train" in result.stdout and "translate" in result.stdout
