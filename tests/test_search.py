@@ -28,6 +28,8 @@ from seq2seq_attn.decoding.search import (
     SearchModel,
     coverage_penalty,
     length_penalty,
+    max_output_length,
+    min_output_length,
     pad_sources,
     score_bound,
     translate_ids,
@@ -189,6 +191,19 @@ def test_minimum_length_relative_to_the_source() -> None:
         assert all(got >= math.ceil(a * n) for n, got in shortest(decode(**groundhog, min_len_a=a)))
     capped = decode(beam_size=2, min_len=1, min_len_a=2.0, max_len_a=1.0, max_len_b=1)
     assert all(got == n + 1 for n, got in shortest(capped))  # the maximum wins
+
+
+@pytest.mark.parametrize(
+    ("setting", "src_len", "expected"),
+    [("min_len_a", 50, 55), ("min_len_a", 100, 110), ("max_len_a", 100, 29 + 1), ("max_len_a", 7, 2 + 1)],
+)
+def test_length_rules_take_the_rate_as_the_decimal_written(setting: str, src_len: int, expected: int) -> None:
+    """1.1 * 50 is 55.00000000000001 in floats and 0.29 * 100 + 1 is 29.999999999999996: the bounds are
+    ceil(1.1 * 50) = 55 and floor(0.29 * 100) + 1 = 30, not a token off."""
+    rate = {"min_len_a": 1.1, "max_len_a": 0.29}[setting]
+    cfg = decode(**{setting: rate, "max_len_b": 1})
+    bound = min_output_length if setting == "min_len_a" else max_output_length
+    assert bound(src_len, cfg) == expected
 
 
 def ngrams(tokens: list[int], n: int) -> list[tuple[int, ...]]:

@@ -62,6 +62,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -155,9 +156,15 @@ def length_penalty(length: int, kind: str, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha  # GNMT, Wu et al. 2016, eq. 14
 
 
+def times_length(rate: float, src_len: int) -> Fraction:
+    """rate * src_len with `rate` the decimal the config wrote (its float's shortest form), exactly: in
+    floats 1.1 * 50 is 55.00000000000001 and 0.29 * 100 is 28.999999999999996, a token off once rounded."""
+    return Fraction(repr(float(rate))) * src_len
+
+
 def max_output_length(src_len: int, cfg: DecodeConfig) -> int:
     """Most target tokens (EOS not counted) for a source of `src_len` tokens (its EOS not counted)."""
-    return int(cfg.max_len_a * src_len + cfg.max_len_b)
+    return math.floor(times_length(cfg.max_len_a, src_len)) + cfg.max_len_b
 
 
 def min_output_length(src_len: int, cfg: DecodeConfig) -> int:
@@ -166,7 +173,7 @@ def min_output_length(src_len: int, cfg: DecodeConfig) -> int:
     With min_len_a = 0.5 this is GroundHog's rule (EOS forbidden at steps k < (src_len + 1) // 2, its
     source length counting the EOS), since ceil(n / 2) = (n + 1) // 2.
     """
-    return max(cfg.min_len, math.ceil(cfg.min_len_a * src_len))
+    return max(cfg.min_len, math.ceil(times_length(cfg.min_len_a, src_len)))
 
 
 def score_bound(open_log_prob: float, max_len: int, cfg: DecodeConfig) -> float:
