@@ -186,3 +186,18 @@ def save_validated(
     save_checkpoint(folder / LATEST, payload)
     for old in dropped:
         (folder / f"step-{old}.pt").unlink(missing_ok=True)
+
+
+def match_kept(folder: Path, kept: list[dict]) -> None:
+    """Make a resumed run's `step-N.pt` files and `best.pt` what its latest.pt lists in `kept` (best
+    first). A run killed after writing latest.pt and before removing the steps it dropped, or after
+    writing a new step-N.pt and pointing best.pt at it but before latest.pt, leaves files that no
+    checkpoint lists; nothing would ever remove them, and averaging the last K would take them."""
+    listed = {f"step-{entry['step']}.pt" for entry in kept}
+    for path in folder.glob("step-*.pt"):
+        if path.name not in listed:
+            path.unlink()
+    if kept:
+        point_best(folder, folder / f"step-{kept[0]['step']}.pt")
+    else:
+        (folder / BEST).unlink(missing_ok=True)

@@ -168,6 +168,12 @@ class TrainingBatches:
         """Batches per epoch on this rank."""
         return len(self._epoch_plan())
 
+    @property
+    def epochs_done(self) -> int:
+        """Whole epochs drawn: the current one counts once its last batch is out (the stream moves on to the
+        next epoch only when the next batch is drawn)."""
+        return self.epoch + (self.index >= len(self))
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "index": self.index}
 

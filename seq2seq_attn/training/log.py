@@ -68,14 +68,15 @@ class Window:
     """The updates since the last log line. Losses and non-finite flags are 0-dim device tensors, so
     `add` never synchronises; `take` reads them (one synchronisation) and starts the next window."""
 
-    def __init__(self, device: torch.device, clip_norm: float = 0.0) -> None:
+    def __init__(self, device: torch.device, clip_norm: float = 0.0, bad_run: int = 0) -> None:
+        """bad_run: consecutive skipped updates before this window (a resumed run's, from its checkpoint)."""
         self.clip_norm = clip_norm if clip_norm > 0 else math.inf
         self.loss = torch.zeros((), device=device)
         self.norm = torch.zeros((), device=device)  # summed pre-clip gradient norms of the kept updates
         self.clipped = torch.zeros((), device=device)  # kept updates that were clipped
         self.tokens = torch.zeros((), device=device)  # target tokens of the updates not skipped
         self.skipped = torch.zeros((), device=device)
-        self.bad_run = torch.zeros((), device=device)
+        self.bad_run = torch.full((), float(bad_run), device=device)
         self._restart()
 
     def _restart(self) -> None:
@@ -101,6 +102,11 @@ class Window:
         self.all_tokens += batch.n_tokens
         self.real += batch.n_tokens + int(batch.src_lengths[: batch.n_sentences].sum())
         self.padded += batch.n_padded
+
+    def pending(self) -> tuple[int, int]:
+        """(updates skipped so far in this window, consecutive skipped updates up to now), read without
+        ending the window: what a checkpoint written between log lines adds to the run's counters."""
+        return int(self.skipped.item()), int(self.bad_run.item())
 
     def take(self) -> WindowStats:
         seconds = time.monotonic() - self.started

@@ -63,15 +63,16 @@ def build_optimizer(
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict[str, Any]) -> None:
-    """A checkpoint's optimiser state, loaded into `optimizer` as this run built it: whether it is
-    capturable, and its learning rate's form (a device tensor or a number), belong to this run's
-    `train.cuda_graphs`, not to the run that wrote the checkpoint (the rate itself is the schedule's,
-    set before every update). torch's `load_state_dict` alone would take both from the checkpoint, and
-    would replace a tensor rate by a copy, which the schedule would then write while a captured update
-    reads the original: each group keeps its own rate object."""
+    """A checkpoint's optimiser state (its moments and step counts), loaded into `optimizer` as this run
+    built it: every setting of a group (weight decay, betas, rho, eps, whether it is capturable, the
+    learning rate's form: a device tensor or a number) is this run's config's, not the checkpoint's, so
+    a resumed run uses the settings its config.yaml records (the rate itself is the schedule's, set before
+    every update). torch's `load_state_dict` alone would take them all from the checkpoint, and would
+    replace a tensor rate by a copy, which the schedule would then write while a captured update reads
+    the original: each group keeps its own rate object."""
     rates = [group["lr"] for group in optimizer.param_groups]
     groups = [
-        {**saved_group, "capturable": group.get("capturable", False), "lr": group["lr"]}
+        {**group, "params": saved_group["params"]}
         for saved_group, group in zip(saved["param_groups"], optimizer.param_groups, strict=True)
     ]
     optimizer.load_state_dict({**saved, "param_groups": groups})

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import Config, to_dict
+from ..config import Config, TrainConfig, from_dict, to_dict
 from ..errors import UserError
 from ..runs.checkpoint import load_checkpoint
 from ..runs.run_folder import LATEST, checkpoint_dir
@@ -40,6 +40,7 @@ class Progress:
     kept: list[dict[str, Any]] = field(default_factory=list)  # best-K: {"step", "metric"}, best first
     bad_validations: int = 0
     skipped_updates: int = 0
+    bad_run: int = 0  # consecutive skipped updates when the checkpoint was written (train.max_nonfinite)
 
     def validated(self, result: dict[str, float], metric: str, keep: int) -> tuple[bool, list[int]]:
         """Record the validation `result` of this step, judged by `metric`, and rank it among the best `keep`.
@@ -86,6 +87,26 @@ def _check_resumable(state: dict[str, Any], config: Config, vocab_fingerprint: s
             f"{path}: cannot resume: config changed: {first} was {old.get(first)!r}, now "
             f"{new.get(first)!r}{more} (train into a new run directory)"
         )
+    saved = _state_terms(from_dict(state["config"], where=f"{path} (config)").train)
+    now = _state_terms(config.train)
+    for setting, was in saved.items():
+        if now[setting] != was:
+            raise UserError(
+                f"{path}: cannot resume: {setting} was {was!r}, now {now[setting]!r}: the saved state was "
+                "built under it (set it back, or train into a new run directory)"
+            )
+
+
+def _state_terms(train: TrainConfig) -> dict[str, str]:
+    """The train settings a checkpoint's state is only meaningful under: the optimiser (the form of its
+    moments) and the dev metric that ranked the best checkpoints and drove the plateau schedule (their saved
+    values are of that metric; `valid_bleu` off ranks by the loss)."""
+    return {
+        "train.optimizer": train.optimizer,
+        "the ranking metric (train.early_stop_metric, the loss when train.valid_bleu is off)": (
+            train.ranking_metric
+        ),
+    }
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

@@ -15,6 +15,7 @@ and only rank 0 validates, logs and writes checkpoints (distributed.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import time
 from dataclasses import dataclass
@@ -27,11 +28,19 @@ from .. import console
 from ..config import Config, to_yaml
 from ..data.prepare import prepare
 from ..errors import UserError
-from ..io import TEMP_SUFFIX, exclusive, write_text
+from ..io import TEMP_SUFFIX, atomic_folder, exclusive, write_text
 from ..model import Seq2Seq, build_model
 from ..model.device import resolve_device, tf32_products, uses_bf16, uses_tf32
 from ..runs.checkpoint import save_checkpoint
-from ..runs.run_folder import BEST, LATEST, VOCAB_DIR, checkpoint_dir, record_sitting, save_validated
+from ..runs.run_folder import (
+    BEST,
+    LATEST,
+    VOCAB_DIR,
+    checkpoint_dir,
+    match_kept,
+    record_sitting,
+    save_validated,
+)
 from ..vocab.cache import build_cache, load_cache
 from ..vocab.pieces import Vocab, build_vocab, vocab_dir
 from . import distributed
@@ -77,6 +86,8 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
     progress = Progress() if state is None else restore(state, model, optimizer, schedule, stream, ranks)
     if ranks.is_main:
         _init_run_dir(run_dir, config, vocab, progress.step)
+        if state:
+            match_kept(checkpoint_dir(run_dir), progress.kept)
         record_sitting(run_dir, device, progress.step)
         ddp = ranks.is_distributed and f", DDP with world size {ranks.world_size} ({distributed.backend()})"
         console.info(
@@ -139,18 +150,22 @@ def _batch_stream(
 
 
 def _init_run_dir(run_dir: Path, config: Config, vocab: Vocab, step: int) -> None:
-    """Resolved config and a private copy of the vocabulary, so the run directory is self-contained.
+    """Resolved config and a private copy of the vocabulary (written whole or not at all), so the run
+    directory is self-contained.
 
-    Temporary files of checkpoint writes killed half way (SIGKILL, power loss) are removed here.
+    Temporary files of checkpoint and vocabulary writes killed half way (SIGKILL, power loss) are removed
+    here.
     """
     checkpoint_dir(run_dir).mkdir(parents=True, exist_ok=True)
     for stale in checkpoint_dir(run_dir).glob(f".*{TEMP_SUFFIX}"):
         stale.unlink(missing_ok=True)
+    for stale in run_dir.glob(f".{VOCAB_DIR}.*{TEMP_SUFFIX}"):
+        shutil.rmtree(stale, ignore_errors=True)
     write_text(run_dir / "config.yaml", to_yaml(config))
     target = run_dir / VOCAB_DIR
     if not target.is_dir() or Vocab.load(target).fingerprint() != vocab.fingerprint():
-        shutil.rmtree(target, ignore_errors=True)
-        vocab.copy_to(target)
+        with atomic_folder(target, replace=True) as staging:
+            vocab.copy_to(staging)
     truncate_metrics(run_dir, step)
 
 
@@ -184,6 +199,7 @@ class _Loop:
             self.model, net, self.optimizer, self.cfg, self.device, self.bf16, self.ranks.world_size
         )
         self.update = CapturedUpdate(update) if self.graphs else update
+        self.window = Window(self.device, self.cfg.clip_norm, self.progress.bad_run)  # since the last log
         self.started = time.monotonic()
 
     # -- main loop --------------------------------------------------------------------------------------
@@ -208,22 +224,21 @@ class _Loop:
     def _train(self, stop_after: int | None) -> str | None:
         """Update, log, validate and checkpoint; return why training ended (None: after `stop_after`)."""
         cfg, progress = self.cfg, self.progress
-        window = Window(self.device, cfg.clip_norm)
-        reason = self.out_of_budget()
+        reason = self.out_of_budget() or self.out_of_patience()  # a run re-run after it ended stays ended
         for updates_here, batch in enumerate(self.stream, start=1):
             if reason:
                 break
             rate = self.schedule.set_step(progress.step)
             loss_sum, bad, norm = self.update(batch)
-            window.add(batch, loss_sum, bad, norm)
+            self.window.add(batch, loss_sum, bad, norm)
             progress.step += 1
             self.bar.update(1)
             if progress.step % cfg.log_every == 0:  # the only host-device synchronisation point
-                self.log_window(window.take(), rate)
+                self.log_window(self.window.take(), rate)
             reason = self.out_of_budget()
             if progress.step % cfg.validate_every == 0 or reason:
-                if self.validate_and_save():
-                    reason = f"early stopping: no improvement in {cfg.patience} validations"
+                self.validate_and_save()
+                reason = reason or self.out_of_patience()
             elif cfg.checkpoint_every and progress.step % cfg.checkpoint_every == 0:
                 self.save_latest()
             self.stop_on_signal()
@@ -278,10 +293,17 @@ class _Loop:
         cfg, step = self.cfg, self.progress.step
         if cfg.max_steps and step >= cfg.max_steps:
             return f"reached train.max_steps={cfg.max_steps}"
-        if cfg.max_epochs and self.stream.epoch >= cfg.max_epochs:
+        if cfg.max_epochs and self.stream.epochs_done >= cfg.max_epochs:
             return f"reached train.max_epochs={cfg.max_epochs}"
         if cfg.max_minutes and step % cfg.log_every == 0 and self._time_up():
             return f"reached train.max_minutes={cfg.max_minutes}"
+        return None
+
+    def out_of_patience(self) -> str | None:
+        """Early stopping: `patience` validations in a row without improvement (every rank holds rank 0's
+        count: restored from the checkpoint, then sent with each validation's outcome)."""
+        if self.cfg.patience and self.progress.bad_validations >= self.cfg.patience:
+            return f"early stopping: no improvement in {self.cfg.patience} validations"
         return None
 
     def _time_up(self) -> bool:
@@ -298,16 +320,22 @@ class _Loop:
 
     # -- validation and checkpoints ---------------------------------------------------------------------
 
-    def validate_and_save(self) -> bool:
-        """Validate (rank 0), keep best-K checkpoints, write latest; return True when patience ran out.
+    def validate_and_save(self) -> None:
+        """Validate (rank 0), keep best-K checkpoints, write latest; then every rank takes rank 0's
+        outcome: its early-stopping count and its schedule (a plateau lowers the rate of every rank, or
+        the ranks would apply the same averaged gradients at different rates).
 
-        Collectives (the gathers of per-rank RNG and data positions, the broadcast of the decision)
+        Collectives (the gathers of per-rank RNG and data positions, the broadcast of the outcome)
         happen on every rank in the same order; only rank 0 validates and writes files.
         """
         rank_states = gather_rank_states(self.ranks, self.stream)
-        return self.ranks.from_main(self._validate_main(rank_states) if self.ranks.is_main else False)
+        if self.ranks.is_main:
+            self._validate_main(rank_states)
+        outcome = (self.progress.bad_validations, self.schedule.state_dict()) if self.ranks.is_main else None
+        self.progress.bad_validations, schedule = self.ranks.from_main(outcome)
+        self.schedule.load_state_dict(schedule)
 
-    def _validate_main(self, rank_states: dict[str, list]) -> bool:
+    def _validate_main(self, rank_states: dict[str, list]) -> None:
         cfg, progress = self.cfg, self.progress
         result = validate(self.model, self.config, self.vocab, self.device, self.bf16)
         self.log({f"valid_{k}": v for k, v in result.items()})
@@ -315,7 +343,6 @@ class _Loop:
         self.schedule.validated(result[cfg.ranking_metric])
         payload = self.checkpoint(rank_states)  # built once: the best-K copy and latest.pt are the same state
         save_validated(checkpoint_dir(self.run_dir), payload, progress.kept, entered, dropped)
-        return bool(cfg.patience) and progress.bad_validations >= cfg.patience
 
     def save_latest(self) -> None:
         rank_states = gather_rank_states(self.ranks, self.stream)  # every rank takes part in the gathers
@@ -323,12 +350,17 @@ class _Loop:
             save_checkpoint(checkpoint_dir(self.run_dir) / LATEST, self.checkpoint(rank_states))
 
     def checkpoint(self, rank_states: dict[str, list]) -> dict[str, Any]:
+        """The training state now; the counters include the updates skipped since the last log line."""
+        skipped, bad_run = self.window.pending()
+        progress = dataclasses.replace(
+            self.progress, skipped_updates=self.progress.skipped_updates + skipped, bad_run=bad_run
+        )
         return training_state(
             self.model,
             self.optimizer,
             self.schedule,
             rank_states,
-            self.progress,
+            progress,
             self.elapsed(),
             self.config,
             self.vocab.fingerprint(),
