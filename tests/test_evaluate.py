@@ -253,6 +253,31 @@ def test_merging_reports_requires_the_same_buckets():
         merge_reports([("a.json", first), ("b.json", second)])
 
 
+def test_merging_reports_requires_the_same_references_and_bleu_signature():
+    """A curve of reports scored against other references, or with other BLEU settings, compares nothing;
+    the same references under another path are the same test set."""
+    first = two_system_report()
+    sources, references, hypotheses = corpus(120, seed=4)
+    quick = EvalConfig(bootstrap=0)
+    same = evaluate(
+        [System("C", hypotheses)], references, sources, by_length=True, config=quick, references_path="x/ref"
+    )
+    assert merge_reports([("a.json", first), ("b.json", same)])["references"] == first["references"]
+    sources, references, hypotheses = corpus(120, seed=5)
+    other = evaluate([System("C", hypotheses)], references, sources, by_length=True, config=quick)
+    with pytest.raises(UserError, match=r"^b.json was scored against other references than a.json \("):
+        merge_reports([("a.json", first), ("b.json", other)])
+    sources, references, hypotheses = corpus(120, seed=4)
+    case_insensitive = EvalConfig(bootstrap=0, lowercase=True)
+    lowercased = evaluate(
+        [System("C", hypotheses)], references, sources, by_length=True, config=case_insensitive
+    )
+    with pytest.raises(
+        UserError, match=r"^b.json has BLEU signature \S*case:lc\S* but a.json has \S*case:mixed"
+    ):
+        merge_reports([("a.json", first), ("b.json", lowercased)])
+
+
 # ----------------------------------------------------------------------------------------------------------
 # command line
 

@@ -21,6 +21,7 @@ from seq2seq_attn.evaluation.metrics.by_length import evaluate
 from seq2seq_attn.evaluation.metrics.examples import differing_examples
 from seq2seq_attn.evaluation.metrics.html_report import render_html
 from seq2seq_attn.evaluation.metrics.inputs import System
+from seq2seq_attn.evaluation.models.align import AlignmentCorpus, GoldLinks, alignment_section
 
 ALIGNMENT = {
     "method": "argmax",
@@ -43,7 +44,7 @@ def test_examples_are_the_sentences_whose_chrf_differs_most_per_bucket():
     sources, references, systems = two_systems()
     config = EvalConfig(buckets=[0, 10, 20], bootstrap=0)
     report = evaluate(systems, references, sources, by_length=True, config=config)
-    examples = differing_examples(report, systems, references, sources, per_bucket=2)
+    examples = differing_examples(report, systems, references, sources, per_bucket=2, lowercase=False)
     assert [group["bucket"] for group in examples] == ["0-10", "10-20", "20+"]
     chrf = [
         [sacrebleu.sentence_chrf(s.hypotheses[i], [references[i]]).score for s in systems] for i in range(80)
@@ -63,7 +64,7 @@ def test_examples_are_the_sentences_whose_chrf_differs_most_per_bucket():
 def test_page_has_every_section_escapes_text_and_loads_nothing():
     sources, references, systems = two_systems()
     report = evaluate(systems, references, sources, by_length=True, config=EvalConfig(bootstrap=50))
-    examples = differing_examples(report, systems, references, sources)
+    examples = differing_examples(report, systems, references, sources, lowercase=False)
     page = render_html(report, curve_svg='<svg id="c"></svg>', examples=examples, alignment=ALIGNMENT)
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2
     for heading in ("Scores", "Sentences where the systems differ most", "Alignment quality"):
@@ -76,6 +77,55 @@ def test_page_has_every_section_escapes_text_and_loads_nothing():
     assert page.count('<tr class="significant">') == sum(bool(row["significant"]) for row in significant)
     assert not EXTERNAL.search(page) and "@import" not in page and "url(" not in page
     assert "Alignment quality" not in render_html(report)
+
+
+def test_examples_are_scored_case_insensitively_when_the_report_is(tmp_path: Path):
+    """`--lowercase` reports a system that differs from the references only in case as chrF 100: its
+    examples must say 100 too, not the case-sensitive chrF the report does not use."""
+    references = ["A man rides a red bicycle down the street.", "Two dogs play in the snow."]
+    lines = {"ref": references, "lower": [line.lower() for line in references], "other": ["A cat.", "Dogs."]}
+    lines["src"] = ["Un homme.", "Deux chiens."]
+    for name, text in lines.items():
+        (tmp_path / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+    args = ["eval", "--ref", str(tmp_path / "ref"), "--src", str(tmp_path / "src"), "--lowercase"]
+    args += ["--hyp", str(tmp_path / "lower"), "--hyp", str(tmp_path / "other"), "--bootstrap", "0"]
+    args += ["--output", str(tmp_path / "r.json"), "--html", str(tmp_path / "p.html")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (overall,) = json.loads((tmp_path / "r.json").read_text())["systems"][0]["rows"]
+    assert overall["chrf"] == pytest.approx(100)  # the report: case-insensitive
+    page = (tmp_path / "p.html").read_text(encoding="utf-8")
+    shown = re.findall(r'<td class="name">lower</td><td>[^<]*</td><td>([^<]*)</td>', page)
+    assert shown == ["100.0", "100.0"]  # case-sensitive, both would be below 100
+
+
+def test_eval_html_without_sources_has_no_heat_maps(tmp_path: Path):
+    (tmp_path / "h.txt").write_text("a b\n")
+    args = ["eval", "--hyp", str(tmp_path / "h.txt"), "--ref", str(tmp_path / "h.txt"), "--bootstrap", "0"]
+    result = CliRunner().invoke(app, [*args, "--html", str(tmp_path / "p.html")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "p.html").read_text(encoding="utf-8")
+    assert "<h2>Scores</h2>" in page and "<h2>Attention</h2>" not in page
+
+
+def test_alignment_buckets_without_sentences_show_a_dash():
+    """An AER bucket with no sentence has no AER, precision or recall (None): "-", as the text shows it."""
+    corpus = AlignmentCorpus(
+        [["a"], ["a", "b", "c"]], [["x"], ["x", "y", "z"]], [GoldLinks(frozenset(), frozenset())] * 2
+    )
+    section = alignment_section(corpus, [np.ones((1, 1)), np.eye(3)], edges=[0, 2, 10])
+    assert section["by_length"][-1] == {
+        "bucket": "10+",
+        "aer": None,
+        "precision": None,
+        "recall": None,
+        "sentences": 0,
+    }
+    sources, references, systems = two_systems()
+    page = render_html(
+        evaluate(systems, references, sources, config=EvalConfig(bootstrap=0)), alignment=section
+    )
+    assert '<td class="name">10+</td><td>0</td><td>-</td><td>-</td><td>-</td>' in page
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""sacrebleu's BLEU as every score of the package builds it: dev BLEU in training, `eval`, the reports.
+"""sacrebleu's BLEU (and chrF) as every score of the package builds it: dev BLEU in training, `eval`, the
+reports and the sentences they show.
 
 sacrebleu warns "It looks like you forgot to detokenize your test data" when 100 or more hypotheses end in a
 tokenised period (" ."). That is a real mistake when the references are detokenised, and no mistake when
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
 
 TOKENISED_PERIOD = " ."
 SACREBLEU_THRESHOLD = 100  # hypotheses ending in " ." from which sacrebleu warns
@@ -20,6 +21,12 @@ def bleu_metric(references: Sequence[str], lowercase: bool = False) -> BLEU:
     """sacrebleu's default BLEU with `references` cached (one reference per sentence); `lowercase`: case-
     insensitive (sacrebleu -lc), for a model that writes lowercased text (`Vocab.lowercases`)."""
     return BLEU(references=[list(references)], lowercase=lowercase, force=written_tokenised(references))
+
+
+def chrf_metric(references: Sequence[str], lowercase: bool = False) -> CHRF:
+    """sacrebleu's default chrF with `references` cached; `lowercase`: case-insensitive, as the report's
+    BLEU, so that the report's chrF and the sentence chrF of the examples it shows agree."""
+    return CHRF(references=[list(references)], lowercase=lowercase)
 
 
 def tokenised_bleu(references: Sequence[str]) -> BLEU:

@@ -82,6 +82,17 @@ def p_value(null: np.ndarray, observed: float) -> float:
     return (int(np.count_nonzero(null > observed)) + 1) / (len(null) + 1)
 
 
+def degenerate(observed: float, sentences: int) -> bool:
+    """True where the paired tests cannot show a difference, whose p-value is then 1: none was observed
+    (both systems write the same in a bucket), or there is one sentence (every resample is that sentence).
+
+    Their nulls do not vary, so no null statistic exceeds the observation and sacrebleu's estimate would be
+    its smallest, 1 / (n + 1): "significant". A null without spread from many sentences is no such case:
+    each of them shows the same difference, and the estimate stands.
+    """
+    return observed == 0 or sentences < 2
+
+
 def paired_bootstrap_p(differences: np.ndarray, observed: float) -> float:
     """sacrebleu's paired-bs p-value: resampled |BLEU(a) - BLEU(b)|, centred on its mean, is the null.
 

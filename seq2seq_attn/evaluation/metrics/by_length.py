@@ -40,11 +40,12 @@ from sacrebleu.metrics.base import Score
 from ...config import EvalConfig
 from ...data import moses
 from ...errors import UserError, setting
-from .bleu import bleu_metric, tokenised_bleu
+from .bleu import bleu_metric, chrf_metric, tokenised_bleu
 from .bootstrap import (
     ALPHA,
     CONFIDENCE,
     bootstrap_bleu,
+    degenerate,
     paired_bootstrap_p,
     percentile_interval,
     randomization_p,
@@ -125,7 +126,7 @@ class Scorers:
         self.tokenised = {spec.scorer: spec for spec in tokenised}
         self.metrics: dict[str, BLEU | CHRF] = {
             "bleu": bleu_metric(references, lowercase),
-            "chrf": CHRF(references=[list(references)], lowercase=lowercase),
+            "chrf": chrf_metric(references, lowercase),
         }
         for spec in tokenised:
             words = spec.words(references) if spec.references is None else spec.references
@@ -238,7 +239,7 @@ def compare(
     config: EvalConfig,
     seed: tuple[int, ...],
 ) -> list[dict[str, Any]]:
-    """One comparison row per pair on one group of sentences.
+    """One comparison row per pair on one group of sentences; p = 1 where the test is `degenerate`.
 
     rows: each system's score row of the group; stats: each system's (sentences, 10) BLEU statistics of
     the group; resampled: each system's BLEU on the group's shared resamples (None without resamples).
@@ -249,7 +250,9 @@ def compare(
         if resampled is not None:
             differences = resampled[i] - resampled[j]
             delta = rows[i]["bleu"] - rows[j]["bleu"]
-            if config.significance == "paired-bs":
+            if degenerate(delta, len(stats[i])):
+                p = 1.0
+            elif config.significance == "paired-bs":
                 p = paired_bootstrap_p(differences, delta)
             else:  # the randomization trials draw from their own stream of the group's seed
                 p = randomization_p(stats[i], stats[j], delta, config.bootstrap, (*seed, 1))

@@ -8,17 +8,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sacrebleu.metrics import CHRF
 
+from .bleu import chrf_metric
 from .bootstrap import sentence_stats
 from .buckets import bucket_index, word_counts
 from .inputs import System
 from .report import moses_lang_of
 
 
-def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
-    """sacrebleu's chrF of each sentence on its own, (sentences,)."""
-    metric = CHRF(references=[list(references)])
+def sentence_chrf(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool) -> np.ndarray:
+    """sacrebleu's chrF of each sentence on its own, (sentences,); `lowercase`: case-insensitive."""
+    metric = chrf_metric(references, lowercase)
     stats = sentence_stats(metric, hypotheses)  # (sentences, 18)
     return np.array([metric._compute_score_from_stats(row.tolist()).score for row in stats])
 
@@ -29,14 +29,20 @@ def differing_examples(
     references: Sequence[str],
     sources: Sequence[str] | None,
     per_bucket: int = 3,
+    *,
+    lowercase: bool,
 ) -> list[dict[str, Any]]:
     """For each bucket of `report` (or all sentences when not bucketed), the `per_bucket` sentences where
     the systems' sentence chrF differ most (with one system: where it is lowest).
 
+    lowercase: the `eval.lowercase` the report was scored with (required: case-sensitive sentence chrF in
+    a case-insensitive report would pick and score the examples by a difference the report ignores).
+
     Returns [{"bucket": label, "sentences": [{"line": 0-based line, "source": str or "", "reference": str,
     "outputs": [{"label": str, "text": str, "chrf": float}]}]}].
     """
-    chrf = np.stack([sentence_chrf(system.hypotheses, references) for system in systems])  # (systems, n)
+    scores = [sentence_chrf(system.hypotheses, references, lowercase) for system in systems]
+    chrf = np.stack(scores)  # (systems, n)
     spread = chrf.max(axis=0) - chrf.min(axis=0) if len(systems) > 1 else -chrf[0]  # (sentences,)
     groups: list[tuple[str, np.ndarray]] = [("all", np.arange(len(references)))]
     if report["edges"]:

@@ -7,7 +7,7 @@ the sentences where the systems differ most per bucket, attention heat maps, and
 quality when it was measured.
 
 The alignment section takes plain data, so any aligner can fill it:
-{"method": str, "overall": {"aer", "precision", "recall", "sentences"},
+{"method": str, "overall": {"aer", "precision", "recall" (each None where undefined), "sentences"},
  "by_length": [{"bucket": str, "aer", "precision", "recall", "sentences"}],
  "baseline": {same keys as overall} or None, "figures": [{"title": str, "svg": str}]}.
 """
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from .report import Table, notes, tables
+from .report import Table, notes, number, tables
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 78em; padding: 0 1em; color: #222; }
@@ -86,7 +86,9 @@ def _alignment(alignment: dict[str, Any]) -> str:
     """AER, precision and recall overall, by length, and of the baseline aligner when given."""
 
     def row(name: str, scores: dict[str, Any]) -> list[str]:
-        return [name, str(scores["sentences"])] + [f"{scores[k]:.3f}" for k in ("aer", "precision", "recall")]
+        # a bucket without sentences or gold links has None scores (align.alignment_scores): "-", as in text
+        measures = [number(scores[k], 3) for k in ("aer", "precision", "recall")]
+        return [name, str(scores["sentences"]), *measures]
 
     rows = [row("all", alignment["overall"])] + [row(r["bucket"], r) for r in alignment["by_length"]]
     if alignment.get("baseline"):

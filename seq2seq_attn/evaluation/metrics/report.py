@@ -117,7 +117,8 @@ def length_unit(report: dict[str, Any]) -> str:
     return f"Moses words ({lang})" if lang else "words"
 
 
-def _number(value: float | None, digits: int) -> str:
+def number(value: float | None, digits: int) -> str:
+    """A table cell: `value` to `digits` places, or "-" where the measure does not apply (None)."""
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -151,7 +152,7 @@ def score_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
     for label, row in subset_rows(report, subset["name"]):
         cells = [label, row["bucket"], f"{row['count']}{'*' if row['few'] else ''}"]
         for metric in shown:
-            cells.append(_number(row[metric.key], metric.digits))
+            cells.append(number(row[metric.key], metric.digits))
             if metric.interval:
                 cells.append(_interval(*(row[field] for field in INTERVAL)))
         rows.append(cells)
@@ -179,7 +180,7 @@ def comparison_table(report: dict[str, Any], subset: dict[str, Any]) -> Table:
             str(row["count"]),
             "-" if row["delta"] is None else f"{row['delta']:+.2f}",
             _interval(row["ci_low"], row["ci_high"]),
-            _number(row["p_value"], 4),
+            number(row["p_value"], 4),
             significance_mark(row),
         ]
         for comparison in report["comparisons"]
@@ -198,7 +199,7 @@ def diagnostics_table(report: dict[str, Any]) -> Table:
     attention the system has not, or a bucket has nothing to count."""
     rows = [
         [system["label"], row["bucket"], str(row["count"])]
-        + [_number(row[diagnostic.key], diagnostic.digits) for diagnostic in DIAGNOSTICS]
+        + [number(row[diagnostic.key], diagnostic.digits) for diagnostic in DIAGNOSTICS]
         for system in report.get("diagnostics", [])
         for row in system["rows"]
     ]

@@ -27,18 +27,49 @@ def bucketing(report: dict[str, Any]) -> str:
     return f"{report['edges']} by {report['bucket_by']}, in {length_unit(report)}"
 
 
+def reference_lengths(report: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(bucket, sentences, reference words) of the first system's rows of all sentences: what a report
+    records of its references, the same for two reports of one test set bucketed alike.
+
+    The references' path does not tell: one file has other names from other folders (the committed
+    Multi30k val reports name their references in three ways), and one name can hold other files.
+    """
+    rows = report["systems"][0]["rows"]
+    return [(row["bucket"], row["count"], row["ref_len"]) for row in rows if row["subset"] == "all"]
+
+
+def check_comparable(first_name: str, first: dict[str, Any], name: str, report: dict[str, Any]) -> None:
+    """A report drawn with `first` must be bucketed alike, scored against the same references and with the
+    same BLEU (the curve's score): otherwise its curve is not comparable, e.g. case-insensitive against
+    case-sensitive BLEU, or another test set."""
+    if bucketing(report) != bucketing(first):
+        raise UserError(
+            f"{name} has buckets {bucketing(report)} but {first_name} has {bucketing(first)}: "
+            "evaluate them with the same buckets"
+        )
+    if reference_lengths(report) != reference_lengths(first):
+        raise UserError(
+            f"{name} was scored against other references than {first_name} ({report['references']} and "
+            f"{first['references']} differ in sentences or reference words per bucket): "
+            "evaluate them against the same references"
+        )
+    signature, first_signature = report["signatures"]["bleu"], first["signatures"]["bleu"]
+    if signature != first_signature:
+        raise UserError(
+            f"{name} has BLEU signature {signature} but {first_name} has {first_signature}: "
+            "evaluate them with the same BLEU settings (eval.lowercase)"
+        )
+
+
 def merge_reports(named: Sequence[tuple[str, Any]]) -> dict[str, Any]:
-    """One report holding the systems of several saved ones, to draw them together; buckets must agree."""
+    """One report holding the systems of several saved ones, to draw them together; they must be
+    comparable (`check_comparable`)."""
     first_name, first = named[0][0], check_report(named[0][1], named[0][0])
     merged = {**first, "systems": list(first["systems"]), "comparisons": list(first["comparisons"])}
     merged["diagnostics"] = list(first.get("diagnostics", []))
     for name, report in named[1:]:
         check_report(report, name)
-        if bucketing(report) != bucketing(first):
-            raise UserError(
-                f"{name} has buckets {bucketing(report)} but {first_name} has {bucketing(first)}: "
-                "evaluate them with the same buckets"
-            )
+        check_comparable(first_name, first, name, report)
         merged["systems"] += report["systems"]
         merged["comparisons"] += report["comparisons"]
         merged["diagnostics"] += report.get("diagnostics", [])

@@ -101,7 +101,10 @@ def attention_files(translator: Translator, folder: Path) -> Callable[[int, Tran
 
 def pick_by_length(lines: Sequence[str], count: int, shortest: int = 8, longest: int = 40) -> list[int]:
     """Line numbers of up to `count` lines whose word counts spread from `shortest` to `longest` (longer
-    sentences make unreadable pictures): for each target length, the first line closest to it."""
+    sentences make unreadable pictures): for each target length, the first line closest to it; none
+    without lines (`eval --html` without sources)."""
+    if not lines:
+        return []
     targets = [shortest + k * (longest - shortest) // max(count - 1, 1) for k in range(count)]
     picks = [min(range(len(lines)), key=lambda i, n=n: (abs(len(lines[i].split()) - n), i)) for n in targets]
     return list(dict.fromkeys(picks))

@@ -72,13 +72,15 @@ class TranslatedRun:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """A report with the texts behind it (for the HTML page's examples and heat maps)."""
+    """A report with the texts behind it (for the HTML page's examples and heat maps) and the settings it
+    was scored with (`settled`), so that what the page adds is scored alike."""
 
     report: dict[str, Any]
     systems: list[System]
     references: list[str]
     sources: list[str] | None
     translated: list[TranslatedRun]
+    config: EvalConfig
 
 
 def default_run_label(runs: Sequence[Path]) -> str:
@@ -239,7 +241,7 @@ def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
         "evaluated": describe(str(translated_device(translated))),
         "runs": {run.system.label: run.trained for run in translated},
     }
-    return Evaluation(report, systems, references, sources, translated)
+    return Evaluation(report, systems, references, sources, translated, config)
 
 
 def translated_device(translated: Sequence[TranslatedRun]) -> torch.device | str:
@@ -358,7 +360,13 @@ def write_html(path: Path, evaluation: Evaluation, alignment: dict[str, Any] | N
     report = evaluation.report
     curve = svg_text(curve_figure(report)) if report["buckets"] else ""
     diagnostics = svg_text(diagnostics_figure(report)) if report["buckets"] else ""
-    examples = differing_examples(report, evaluation.systems, evaluation.references, evaluation.sources)
+    examples = differing_examples(
+        report,
+        evaluation.systems,
+        evaluation.references,
+        evaluation.sources,
+        lowercase=evaluation.config.lowercase,
+    )
     sources = evaluation.sources or []
     if report["buckets"]:  # the worst example of each bucket, as each attention run attends
         lines = [group["sentences"][0]["line"] for group in examples if group["sentences"]]
