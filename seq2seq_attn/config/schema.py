@@ -407,7 +407,8 @@ class TrainConfig:
     loss_norm: str = option(
         "tokens",
         "What the batch's summed loss is divided by before backward. tokens: its target tokens (the mean "
-        "token loss). sentences: its sentences (the sum over each sentence, averaged). batch: nothing, the "
+        "token loss; under DDP each rank's mean, averaged over the ranks). sentences: its sentences (the sum "
+        "over each sentence, averaged; under DDP per rank, as tokens). batch: nothing, the "
         "sum over every target token of the (global, under DDP) batch: the RNNsearch authors' code "
         "(GroundHog), whose gradients are so large that clip_norm 1 clips nearly every update.",
         choices=["tokens", "sentences", "batch"],

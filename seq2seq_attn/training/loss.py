@@ -40,7 +40,9 @@ def loss_divisor(batch: Batch, loss_norm: str, world_size: int = 1) -> float:
     readout to (tokens, dim) before its SoftmaxLayer, whose cost is then `cost.sum()`): the gradient is
     about the batch's target tokens times that of `tokens`, which with clipping to norm 1 means that
     nearly every update is clipped (docs/model.md). Under DDP, which averages the ranks' gradients, `batch`
-    divides by 1 / world_size, so the update is that of the sum over the whole global batch.
+    divides by 1 / world_size, so the update is that of the sum over the whole global batch; `tokens` and
+    `sentences` give the mean of the ranks' means, each rank weighted alike whatever its count (the global
+    mean where the ranks' batches hold as many, which token batches make about so).
     """
     if loss_norm == "tokens":
         return batch.n_tokens
