@@ -183,7 +183,15 @@ def test_a_resume_removes_the_best_k_files_its_checkpoint_does_not_list(workdir,
 
 DUMP_RANK = """
 import os, sys, torch
-from seq2seq_attn.training import train
+from seq2seq_attn.training import step, train
+if "INF_LOSS" in os.environ:  # RANK:UPDATE: that rank's loss at that update (from 1) + inf, gradients kept
+    rank, update = map(int, os.environ["INF_LOSS"].split(":"))
+    loss, calls = step.batch_loss, []
+    def batch_loss(*args, **kwargs):
+        calls.append(1)
+        here = int(os.environ["RANK"]) == rank and len(calls) == update
+        return loss(*args, **kwargs) + (float("inf") if here else 0.0)
+    step.batch_loss = batch_loss
 run = train._Loop.run
 def dumped(self, stop_after):
     run(self, stop_after)
@@ -196,22 +204,45 @@ main()
 """
 
 
+def ddp_ranks_after(workdir: Path, folder: Path, settings: list[str], **env: str) -> list[dict]:
+    """Each rank's weights and schedule at the end of a 2-rank DDP run of the tiny config (`env` added)."""
+    script = folder / "dump_rank.py"
+    script.write_text(DUMP_RANK)
+    command = torchrun_train(workdir, *settings)
+    command[command.index("-m", command.index("--standalone")) : command.index("train")] = [str(script)]
+    root = str(Path(train_module.__file__).parents[2])
+    result = subprocess.run(
+        command,
+        env={**quiet_env(), "DUMP": str(folder), "PYTHONPATH": root, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [torch.load(folder / f"rank{rank}.pt") for rank in (0, 1)]
+    for name, value in ranks[0]["model"].items():
+        assert torch.equal(value, ranks[1]["model"][name]), f"the ranks' {name} differ"
+    return ranks
+
+
 @pytest.mark.e2e
 @pytest.mark.slow(seconds=15)
 def test_ddp_ranks_lower_the_rate_together_on_a_plateau(workdir, tmp_path):
     """train.scheduler plateau under DDP: rank 0 validates, every rank takes its schedule, and the ranks'
     weights stay equal (ranks at different rates would drift apart on the same averaged gradients)."""
-    script = tmp_path / "dump_rank.py"
-    script.write_text(DUMP_RANK)
     # dev BLEU of a few updates stays 0: no validation improves it, and each lowers the rate
     settings = ["train.max_steps=12", "train.validate_every=3", "train.scheduler=plateau"]
-    settings += ["train.plateau_patience=0", "train.valid_max_sentences=4"]
-    command = torchrun_train(workdir, *settings)
-    command[command.index("-m", command.index("--standalone")) : command.index("train")] = [str(script)]
-    env = {**quiet_env(), "DUMP": str(tmp_path), "PYTHONPATH": str(Path(train_module.__file__).parents[2])}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
+    ranks = ddp_ranks_after(
+        workdir, tmp_path, [*settings, "train.plateau_patience=0", "train.valid_max_sentences=4"]
+    )
     assert ranks[0]["schedule"] == ranks[1]["schedule"] and ranks[0]["schedule"]["plateau_scale"] < 1
-    for name, value in ranks[0]["model"].items():
-        assert torch.equal(value, ranks[1]["model"][name]), name
+
+
+@pytest.mark.e2e
+@pytest.mark.slow(seconds=15)
+def test_ddp_ranks_skip_an_update_together(workdir, tmp_path):
+    """A loss that is not finite on one rank, its gradients finite: every rank skips that update (the
+    weights stay equal and the run counts one skipped update)."""
+    settings = ["train.max_steps=8", "train.log_every=4", "train.validate_every=8", NO_BLEU]
+    ddp_ranks_after(workdir, tmp_path, settings, INF_LOSS="1:3")
+    assert [r["skipped"] for r in metrics(workdir / "run") if "skipped" in r] == [1, 1]

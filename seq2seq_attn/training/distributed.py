@@ -2,10 +2,10 @@
 
 Under `torchrun`, each rank trains on its own shard of every epoch's batches and DDP all-reduces the
 gradients; rank 0 alone validates, logs and writes checkpoints. Beyond the gradients, the ranks agree on
-when to stop (the wall-clock budget, early stopping, a signal) and hand rank 0 their RNG states and data
-positions for the checkpoint. Every collective is entered by every rank in the same order, or the ranks
-wait for each other forever. In a single process each helper here is the identity or does nothing, so the
-training loop reads the same either way.
+when to stop (the wall-clock budget, early stopping, a signal) and on skipping an update, take rank 0's
+schedule, and hand rank 0 their RNG states and data positions for the checkpoint. Every collective is
+entered by every rank in the same order, or the ranks wait for each other forever. In a single process
+each helper here is the identity or does nothing, so the training loop reads the same either way.
 """
 
 from __future__ import annotations
@@ -57,6 +57,18 @@ class Ranks:
         box = [value]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+
+def on_any_rank(flag: torch.Tensor) -> torch.Tensor:
+    """`flag` (a 0-dim float tensor, 1.0 or 0.0) made 1.0 on every rank where it is 1.0 on any, in place and
+    without waiting for the device (an all-reduce queued on it); in a single process, `flag` as it is.
+
+    What an update's skip flag needs: a loss that is not finite on one rank, beside gradients that stay
+    finite (a constant's gradient is 0), would skip that rank's step alone; its weights would part from
+    the others', and its count of non-finite updates would end it alone, the others waiting forever."""
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag
 
 
 def init_ranks(device: str) -> Ranks:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from ..config import TrainConfig
 from ..vocab.batching import Batch
+from .distributed import on_any_rank
 from .loss import batch_loss, loss_divisor
 from .optim import FUSED, step_optimizer
 
@@ -57,6 +58,6 @@ class Update:
         loss_sum = batch_loss(self.net, batch, self.bf16, self.cfg.label_smoothing, static)
         (loss_sum / divisor).backward()
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_norm)
-        bad = (~(torch.isfinite(loss_sum) & torch.isfinite(norm))).float()
+        bad = on_any_rank((~(torch.isfinite(loss_sum) & torch.isfinite(norm))).float())
         step_optimizer(self.optimizer, bad, self.fused, on_device=static)
         return loss_sum.detach(), bad, norm.detach()
