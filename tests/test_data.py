@@ -521,6 +521,35 @@ def test_huggingface_hub_calls_load_dataset(tmp_path, monkeypatch):
     assert prepared_pairs(tmp_path / "out", "valid") == [(t, s) for s, t in CORPUS["valid"]]
 
 
+def test_a_huggingface_dataset_in_a_local_folder_is_prepared_again_when_its_files_change(
+    tmp_path, monkeypatch
+):
+    """`data.huggingface.name` a folder of data files (not `save_to_disk`'s): its files decide whether the
+    prepared data is current, as a local corpus' do."""
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("the cat\n", encoding="utf-8")
+
+    def load_dataset(name, config, split, streaming, revision):
+        pairs = {"train": CORPUS["train"], "validation": CORPUS["valid"], "test": CORPUS["test"]}[split]
+        extra = (
+            []
+            if split != "train"
+            else [(line, line) for line in (folder / "train.jsonl").read_text().split("\n")]
+        )
+        return datasets.Dataset.from_dict(hf_rows([*pairs, *[e for e in extra if e[0]]], "translation"))
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    config = load_config(
+        write_config(tmp_path, {"source": "huggingface", "huggingface": {"name": str(folder)}})
+    )
+    assert prepare(config).redone and not prepare(config).redone
+    (folder / "train.jsonl").write_text("the cat\na new line\n", encoding="utf-8")
+    assert prepare(config).redone
+    assert prepared_pairs(tmp_path / "out", "train")[-1] == ("a new line", "a new line")
+
+
 @pytest.mark.parametrize(
     ("hf", "message"),
     [

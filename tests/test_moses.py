@@ -133,6 +133,34 @@ def test_the_cache_encodes_prepared_training_text_without_tokenizing_again(moses
     assert cache_stats(config.data_dir / "vocab")["train.src"]["sentences"] == len(raw_train)
 
 
+def test_the_cache_is_encoded_again_when_only_the_tokenization_changed(tmp_path: Path) -> None:
+    """Training text that Moses leaves as it is ("the cat sat") trains the same models with data.tokenize
+    none and moses, but the dev and test lines are encoded tokenised only with moses: the cache follows."""
+    words = ["the", "cat", "sat", "on", "mat", "dog", "ran", "house", "big", "red"]
+    rng = random.Random(0)
+    train = [" ".join(rng.choices(words, k=5)) for _ in range(200)]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    local = {}
+    for split, lines in (
+        ("train", train),
+        ("valid", ["the cat, sat.", "a dog's house!"]),
+        ("test", ["the cat."]),
+    ):
+        for side in ("src", "tgt"):
+            (corpus / f"{split}.{side}").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+        local[split] = {side: str(corpus / f"{split}.{side}") for side in ("src", "tgt")}
+    fingerprints = set()
+    for tokenize in ("none", "moses"):
+        data = {"source": "local", "local": local, "tokenize": tokenize, "clean": {"max_words": 0}}
+        config, vocab = prepared_vocab(tiny_config(tmp_path, data=data, vocab={"size": 40, "threads": 1}))
+        build_cache(config, vocab)
+        fingerprints.add(vocab.fingerprint())
+        cached = load_cache(config.data_dir / "vocab", "valid").src
+        assert [cached[i].tolist() for i in range(2)] == vocab.encode_src(["the cat, sat.", "a dog's house!"])
+    assert len(fingerprints) == 1  # the same models: the test would pass with the fingerprint alone otherwise
+
+
 def test_a_vocabulary_without_tokenization_keeps_an_older_manifest_current(tmp_path: Path) -> None:
     config = moses_config(tmp_path, tokenize="none")
     prepare(config)

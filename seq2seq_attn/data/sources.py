@@ -254,10 +254,20 @@ def _huggingface_source(data: DataConfig) -> Source:
             "splits": _hf_split_names(hf),
             "saved_to_disk": saved,
         },
-        inputs=sorted(p for p in Path(hf.name).rglob("*") if p.is_file()) if saved else [],
+        inputs=_local_files(hf.name),
         read=lambda split: _read_huggingface(data, split),
         origin=lambda split: f"{hf.name} split {_hf_split_names(hf)[split]!r}",
     )
+
+
+def _local_files(name: str) -> list[Path]:
+    """The files of a dataset `name` on this machine (a `save_to_disk` folder, a folder of data files or
+    one file, as `datasets.load_dataset` reads them), whose content decides whether the data is current;
+    none for a dataset of the hub."""
+    path = Path(name)
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
 
 
 def _hf_split_names(hf: HuggingFaceConfig) -> dict[str, str]:

@@ -35,15 +35,15 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
     """Encode every split whose data or vocabulary changed; returns the entries encoded ([] if none).
 
     The manifest records, per entry ("train.src", ...), the sha256 of the text it was encoded from, and
-    once for all, the vocabulary fingerprint. An entry is dropped from it before re-encoding, so a run
-    killed halfway never leaves a cache that looks current.
+    once for all, the vocabulary it was encoded with (`encoded_with`). An entry is dropped from it before
+    re-encoding, so a run killed halfway never leaves a cache that looks current.
     """
     folder = vocab_dir(config) / "cache"
     folder.mkdir(parents=True, exist_ok=True)
     manifest_file = folder / "manifest.json"
     manifest = read_json(manifest_file) if manifest_file.is_file() else {}
-    if manifest.get("vocab") != vocab.fingerprint():
-        manifest = {"vocab": vocab.fingerprint(), "entries": {}}
+    if manifest.get("vocab") != encoded_with(vocab.directory):
+        manifest = {"vocab": encoded_with(vocab.directory), "entries": {}}
     entries = manifest["entries"]
 
     files = {f"{split}.{side}": data_file(config, f"{split}.{side}") for split in SPLITS for side in SIDES}
@@ -69,6 +69,14 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
     for split in SPLITS:
         _check_aligned(entries, split, config.data_dir)
     return stale
+
+
+def encoded_with(vocab_dir: Path) -> str:
+    """What a cache is encoded with: the sha256 of the vocabulary's manifest, which names its models'
+    fingerprint and the text processing that encoding applies to every line but the prepared training
+    text (`data.tokenize`). The fingerprint alone would miss a new `data.tokenize` that leaves the
+    training text, hence the models, as they were (Moses changes nothing in "the cat sat")."""
+    return sha256_file(Path(vocab_dir) / "manifest.json")
 
 
 def cache_stats(vocab_dir: Path) -> dict[str, dict]:
@@ -200,7 +208,7 @@ def load_cache(vocab_dir: Path, split: str) -> TokenCache:
     if not manifest_file.is_file():
         raise UserError(f"{folder}: no token cache; run `seq2seq vocab CONFIG`")
     manifest = read_json(manifest_file)
-    if manifest["vocab"] != read_json(Path(vocab_dir) / "manifest.json")["fingerprint"]:
+    if manifest["vocab"] != encoded_with(vocab_dir):
         raise UserError(f"{folder}: token cache is from another vocabulary; run `seq2seq vocab CONFIG`")
     sides = []
     for side in SIDES:
