@@ -110,6 +110,13 @@ def replace_best(tmp: Path, get: Fixture, edit: Callable[[dict, bytes], Any]) ->
     return run
 
 
+def replace_file(tmp: Path, get: Fixture, name: str, content: bytes) -> Path:
+    """A copy of the tiny run whose file `name` holds `content`."""
+    run = run_copy(tmp, get)
+    (run / name).write_bytes(content)
+    return run
+
+
 def other_hidden_size(payload: dict, _: bytes) -> dict:
     payload["config"]["model"]["hidden_size"] = 32
     return payload
@@ -288,6 +295,21 @@ CASES = [
         lambda t, g: translate(t, swap_vocab(t, g)),
         "best.pt: checkpoint was trained with a different vocabulary than",
         "vocab",
+    ),
+    case(
+        "vocabulary-model-unreadable",
+        lambda t, g: translate(t, replace_file(t, g, "vocab/src.model", b"not a model")),
+        "vocab/src.model: not a readable sentencepiece model",
+    ),
+    case(
+        "vocabulary-manifest-empty",
+        lambda t, g: translate(t, replace_file(t, g, "vocab/manifest.json", b"{}")),
+        "vocab/manifest.json: not a vocabulary manifest (no `config`)",
+    ),
+    case(
+        "model-folder-without-weights",
+        lambda t, g: translate(t, write(folder(t / "exported") / "config.json", "{}").parent),
+        "exported: an exported model folder without its model.safetensors",
     ),
     # -- translate options and files ------------------------------------------------------------------------
     case(

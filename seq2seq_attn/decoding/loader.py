@@ -113,6 +113,9 @@ def load_one(path: str | Path, device: torch.device | str = "cpu", average: int 
         raise UserError(
             f"{on_hub}: not a model folder of `seq2seq export` (no config.json, model.safetensors)"
         )
+    missing = model_folder.missing_file(local)
+    if missing:
+        raise UserError(f"{path}: an exported model folder without its {missing}")
     if not local.exists() and hub.REPO_ID.fullmatch(str(path)):
         raise UserError(
             f"{path}: no such run directory, model folder or checkpoint (for a model on the Hugging Face "

@@ -74,6 +74,17 @@ def is_model_folder(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
 
 
+def missing_file(path: Path) -> str | None:
+    """The defining file an exported model folder at `path` lacks when it has the other one (None: it has
+    both, or is no such folder): a folder with one of them is a broken export, not a run folder."""
+    present = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (path / name).is_file()]
+    return (
+        next(name for name in (CONFIG_FILE, WEIGHTS_FILE) if name not in present)
+        if len(present) == 1
+        else None
+    )
+
+
 def load(folder: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, Vocab, Config]:
     """The model of an exported folder in eval mode on `device`, its vocabulary and config."""
     from safetensors import SafetensorError

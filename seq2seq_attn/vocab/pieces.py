@@ -90,8 +90,8 @@ class Vocab:
         for file in self.model_files:
             if not file.is_file():
                 raise UserError(f"{file}: vocabulary model not found; run `seq2seq vocab CONFIG`")
-        self._src = spm.SentencePieceProcessor(model_file=str(self.model_files[0]))
-        self._tgt = self._src if joint else spm.SentencePieceProcessor(model_file=str(self.model_files[1]))
+        self._src = _processor(self.model_files[0])
+        self._tgt = self._src if joint else _processor(self.model_files[1])
         self._fingerprint = _fingerprint(self.model_files)
         # word models: piece -> id, to encode word by word (see the module docstring)
         word_level = model_type == "word"
@@ -104,6 +104,10 @@ class Vocab:
         if not manifest.is_file():
             raise UserError(f"{manifest}: no vocabulary manifest; run `seq2seq vocab CONFIG`")
         found = read_json(manifest)
+        if not isinstance(found, dict) or not isinstance(found.get("config"), dict):
+            raise UserError(
+                f"{manifest}: not a vocabulary manifest (no `config`); run `seq2seq vocab CONFIG`"
+            )
         settings, text = found["config"], found.get("tokenize")
         pipelines = (
             (
@@ -191,6 +195,14 @@ class Vocab:
         # One id per word: sentencepiece itself would merge a run of unknown words into a single <unk>.
         ids = self._word_ids[side]
         return [[ids.get(word, UNK_ID) for word in _words(text)] for text in processor.normalize(lines)]
+
+
+def _processor(file: Path) -> spm.SentencePieceProcessor:
+    """The sentencepiece model in `file`; one that does not load is a one-line error naming it."""
+    try:
+        return spm.SentencePieceProcessor(model_file=str(file))
+    except (RuntimeError, OSError) as err:
+        raise UserError(f"{file}: not a readable sentencepiece model ({err})") from None
 
 
 def _model_names(joint: bool) -> tuple[str, ...]:
