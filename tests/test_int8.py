@@ -21,6 +21,7 @@ from torch import nn
 
 import seq2seq_attn as s2s
 from seq2seq_attn.decoding import int8
+from seq2seq_attn.decoding import translate as translate_module
 from seq2seq_attn.decoding.int8 import Int8Linear, Int8Weight, quantized
 from seq2seq_attn.decoding.search import pad_sources
 from seq2seq_attn.errors import UserError
@@ -108,6 +109,16 @@ def test_translate_the_api_and_the_lexical_shortlist_in_int8(tiny_run_dir: Path,
     assert both.returncode == 0, both.stderr
     assert len(both.stdout.splitlines()) == 3
     assert_one_line_error(run_main(*command, "--precision", "int4"), "--precision")
+
+    many = [f"the cat {'and the dog ' * (n % 5)}sat" for n in range(12)]
+    (tmp_path / "many").write_text("".join(f"{line}\n" for line in many), encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:  # more lines than a chunk: the API searches the same groups
+        patch.setattr(translate_module, "CHUNK_LINES", 5)
+        rows = run_main(
+            *command, "--scores", "--input", str(tmp_path / "many"), text=True
+        ).stdout.splitlines()
+        found = s2s.load(run, precision="int8").search(many)
+    assert [f"{f.candidates[0].score:.4f}\t{f.candidates[0].text}" for f in found] == rows
 
     config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8"))
     config.setdefault("decode", {})["precision"] = "int8"  # eval --model searches with the run's decode

@@ -126,7 +126,16 @@ class Translator:
         self.dictionary = load_dictionary(decode_cfg.unk_dictionary) if use_dictionary else {}
 
     def translate(self, lines: Sequence[str]) -> list[Translation]:
-        """One Translation per line, in order."""
+        """One Translation per line, in order, searched CHUNK_LINES lines at a time, as the command line
+        reads a file: an int8 search's results depend on the sentences searched beside them (one scale per
+        input), so the API, `eval` and `translate` must search the same groups."""
+        return [
+            translation
+            for start in range(0, len(lines), CHUNK_LINES)
+            for translation in self._translate_chunk(lines[start : start + CHUNK_LINES])
+        ]
+
+    def _translate_chunk(self, lines: Sequence[str]) -> list[Translation]:
         texts = [clean(line) for line in lines]
         todo = [i for i, text in enumerate(texts) if text]
         readings = [self.source_ids(vocab, [texts[i] for i in todo]) for vocab in self.source_vocabs]
