@@ -236,9 +236,6 @@ class ScriptedModel(nn.Module):
             annotations=torch.zeros(*src.shape, 1), mask=mask, final=torch.zeros(len(src), 1)
         )
 
-    def compile_attention(self, enabled):
-        pass  # no attention to compile
-
     def init_state(self, enc):
         return DecoderState(hidden=torch.zeros(len(enc.mask), 1, 1))  # hidden = the step number
 
@@ -803,3 +800,18 @@ def start_server(*args: str) -> tuple[subprocess.Popen, str]:
             time.sleep(0.2)
     server.kill()
     raise AssertionError(f"the server did not start: {server.stdout.read().decode()[-2000:]}")
+
+
+def record_compiles(monkeypatch) -> list[str]:
+    """The names of the functions the additive attention compiles from now on (model/attention.kernel),
+    each run eagerly instead: compiling takes seconds and a C++ compiler."""
+    from seq2seq_attn.model import attention
+
+    compiled: list[str] = []
+
+    def record(function):
+        compiled.append(function.__name__)
+        return function
+
+    monkeypatch.setattr(attention, "_compiled", record)
+    return compiled

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, run_main
+from helpers import ROOT, record_compiles, run_main
 
 import seq2seq_attn as s2s
 from seq2seq_attn.errors import UserError
@@ -147,3 +147,20 @@ def test_the_readme_example_runs_as_written(tiny_run_dir: Path, tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1 + 3 + 2 and lines[-1].endswith(")")  # translation, 3-best, score, attention
+
+
+def test_a_search_with_other_settings_leaves_the_models_compile_choice_alone(
+    tiny_run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decode.compile: n-best lists (beam 2) search compiled; greedy translations of the same model stay
+    eager before and after, as the option says (a setting of the shared model would stay with it, and
+    under a server change the searches of other threads)."""
+    compiled = record_compiles(monkeypatch)
+    model = s2s.load(tiny_run_dir, beam_size=1, compile=True)
+    model.translate(["the cat sat"])
+    assert compiled == []
+    model.nbest(["the cat sat"], 2)
+    assert compiled and set(compiled) == {"additive_attention"}
+    compiled.clear()
+    model.translate(["the cat sat"])
+    assert compiled == []

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import typer
-from helpers import ScriptedModel, make_run_dir, run_main, tiny_config, write_corpus
+from helpers import ScriptedModel, make_run_dir, record_compiles, run_main, tiny_config, write_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -161,6 +161,23 @@ def test_unk_is_replaced_by_the_most_attended_source_word(word_vocab, tmp_path, 
     assert result.texts[0] == f"{word_vocab.decode_tgt([4])} {replacement} {word_vocab.decode_tgt([5])}"
 
 
+def test_other_search_settings_reuse_the_unknown_word_dictionary_read(word_vocab, tmp_path):
+    """A server builds a translator per batch and the API one per n-best call (`with_settings`): the
+    dictionary is read once, not per search (a large one took seconds; a moved one failed every request)."""
+    script = [{4: 0.9}, {UNK_ID: 0.9}, {5: 0.9}, {EOS_ID: 0.9}]
+    model = ScriptedModel(script, attend=[0, 1, 0, 0], vocab=word_vocab.tgt_size)
+    path = tmp_path / "dict.tsv"
+    path.write_text("zebra\tzèbre\n", encoding="utf-8")
+    decode = dataclasses.replace(DecodeConfig(), beam_size=2, replace_unk=True, unk_dictionary=str(path))
+    translator = Translator(model, word_vocab, decode, "cpu")
+    path.unlink()
+    wider = translator.with_settings(dataclasses.replace(decode, beam_size=3))
+    assert "zèbre" in wider.translate(["the zebra sat on mat"])[0].texts[0]
+    other = dataclasses.replace(decode, unk_dictionary=str(tmp_path / "other.tsv"))
+    with pytest.raises(UserError, match="other.tsv"):
+        translator.with_settings(other)
+
+
 @pytest.fixture
 def run_with_three_checkpoints(tmp_path) -> Path:
     config = tiny_config(tmp_path)
@@ -254,13 +271,14 @@ def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
 
 
-def test_compile_is_for_beam_search_only(trained):
+def test_compile_is_for_beam_search_only(trained, monkeypatch):
     """decode.compile: greedy search gains nothing from it (docs/performance.md), so it never compiles."""
-    model = trained[0]
-    assert make_translator(trained, beam_size=2, compile=True).model.decoder.attention.compiled
-    assert not make_translator(trained, beam_size=1, compile=True).model.decoder.attention.compiled
-    assert not make_translator(trained, beam_size=2, compile=False).model.decoder.attention.compiled
-    assert model.decoder.attention.kind == "bahdanau"
+    compiled = record_compiles(monkeypatch)
+    assert trained[0].decoder.attention.kind == "bahdanau"
+    for beam_size, compile_, compiles in ((2, True, True), (1, True, False), (2, False, False)):
+        compiled.clear()
+        make_translator(trained, beam_size=beam_size, compile=compile_).translate(["the cat sat"])
+        assert bool(compiled) is compiles, (beam_size, compile_)
 
 
 @pytest.mark.slow

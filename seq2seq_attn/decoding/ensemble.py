@@ -66,10 +66,6 @@ class Ensemble(nn.Module):
         self.models = nn.ModuleList(models)
         self.attending = list(range(len(models)) if attending is None else attending)
 
-    def compile_attention(self, enabled: bool) -> None:
-        for model in self.models:
-            model.compile_attention(enabled)
-
     def encode(self, src: Tensor, src_lengths: Tensor) -> PerModel:
         """Each model's encoder output. src: (batch, src_len) ids that every model reads, with their
         lengths src_lengths (batch,); or (batch, models, src_len), model m reading src[:, m], its own

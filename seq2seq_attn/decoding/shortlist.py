@@ -57,9 +57,6 @@ class Shortlisted(nn.Module):
         super().__init__()
         self.model, self.table = model, table
 
-    def compile_attention(self, enabled: bool) -> None:
-        self.model.compile_attention(enabled)
-
     def encode(self, src: Tensor, src_lengths: Tensor) -> ShortlistedEncoding:
         """src (batch, src_len) ids ending in EOS, PAD after; src_lengths (batch,) EOS included."""
         lists = [

@@ -46,6 +46,7 @@ from ..config import DecodeConfig
 from ..console import progress
 from ..errors import UserError
 from ..io import atomic_write, open_binary, read_lines
+from ..model.attention import compiled_in_this_thread
 from ..vocab.pieces import UNK_ID, WORD_BOUNDARY, Vocab, word_of_piece
 from .search import Hypothesis, translate_ids
 
@@ -112,28 +113,31 @@ class Translator:
         device: torch.device | str,
         with_attention: bool = False,
         other_src_vocabs: Sequence[Vocab] = (),
+        dictionary: dict[str, str] | None = None,
     ) -> None:
         """vocab: the model's, or an ensemble's first model's: it reads the source (its pieces label the
         attention) and writes the target. other_src_vocabs: for an ensemble whose models read different
         source vocabularies, the further models' vocabularies, in order; each reads the source for its
-        model."""
-        # greedy search gains nothing from compiling (too few rows per step) and would pay the compilation
-        model.compile_attention(decode_cfg.compile and decode_cfg.beam_size > 1)
+        model. dictionary: `decode.unk_dictionary` already read (`with_settings`), else read here."""
         self.model, self.vocab, self.cfg, self.device = model, vocab, decode_cfg, device
         self.other_src_vocabs = list(other_src_vocabs)
         self.with_attention = with_attention or decode_cfg.replace_unk
         use_dictionary = decode_cfg.replace_unk and decode_cfg.unk_dictionary
-        self.dictionary = load_dictionary(decode_cfg.unk_dictionary) if use_dictionary else {}
+        if dictionary is None:
+            dictionary = load_dictionary(decode_cfg.unk_dictionary) if use_dictionary else {}
+        self.dictionary = dictionary if use_dictionary else {}
 
     def translate(self, lines: Sequence[str]) -> list[Translation]:
         """One Translation per line, in order, searched CHUNK_LINES lines at a time, as the command line
         reads a file: an int8 search's results depend on the sentences searched beside them (one scale per
         input), so the API, `eval` and `translate` must search the same groups."""
-        return [
-            translation
-            for start in range(0, len(lines), CHUNK_LINES)
-            for translation in self._translate_chunk(lines[start : start + CHUNK_LINES])
-        ]
+        # greedy search gains nothing from compiling (too few rows per step) and would pay the compilation
+        with compiled_in_this_thread(self.cfg.compile and self.cfg.beam_size > 1):
+            return [
+                translation
+                for start in range(0, len(lines), CHUNK_LINES)
+                for translation in self._translate_chunk(lines[start : start + CHUNK_LINES])
+            ]
 
     def _translate_chunk(self, lines: Sequence[str]) -> list[Translation]:
         texts = [clean(line) for line in lines]
@@ -157,9 +161,17 @@ class Translator:
         return results
 
     def with_settings(self, decode_cfg: DecodeConfig, with_attention: bool = False) -> Translator:
-        """The same model and vocabularies searching with other settings."""
+        """The same model and vocabularies searching with other settings (a server's batch, the API's
+        n-best); the unknown-word dictionary is read again only when the settings name another one."""
+        same = self.dictionary and decode_cfg.unk_dictionary == self.cfg.unk_dictionary
         return Translator(
-            self.model, self.vocab, decode_cfg, self.device, with_attention, self.other_src_vocabs
+            self.model,
+            self.vocab,
+            decode_cfg,
+            self.device,
+            with_attention,
+            self.other_src_vocabs,
+            self.dictionary if same else None,
         )
 
     @property

@@ -23,11 +23,13 @@ so every scorer's rows sum to 1; they carry no alignment information.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -36,6 +38,23 @@ from torch import Tensor, nn
 from .states import EncoderOutput
 
 ADDITIVE = ("bahdanau", "concat")
+
+
+# A search's own decode.compile, for the searches of the thread that set it (None: each module's `compiled`)
+_search_compiled: ContextVar[bool | None] = ContextVar("search_compiled", default=None)
+
+
+@contextlib.contextmanager
+def compiled_in_this_thread(enabled: bool) -> Iterator[None]:
+    """Searches run in this context (this thread) run the additive attention compiled or not, as `enabled`
+    says, whatever the modules' own `compiled`: a model shared by threads that search with other settings
+    (a server's batches, the API's n-best beside its greedy translations) keeps each search's choice, where
+    setting the module's flag would change it under the others' feet."""
+    token = _search_compiled.set(enabled)
+    try:
+        yield
+    finally:
+        _search_compiled.reset(token)
 
 
 class Attention(nn.Module):
@@ -102,6 +121,12 @@ class Attention(nn.Module):
         context, weights = self._attend(query, enc, coverage)
         return context.reshape(rows, steps, -1), weights.reshape(rows, steps, -1)
 
+    @property
+    def runs_compiled(self) -> bool:
+        """Whether the additive score runs compiled now: this thread's search's choice, else `compiled`."""
+        chosen = _search_compiled.get()
+        return self.compiled if chosen is None else chosen
+
     def _attend(self, query: Tensor, enc: EncoderOutput, coverage: Tensor | None) -> tuple[Tensor, Tensor]:
         """forward's work for queries (batch, queries, query_size) of the batch's own sentences."""
         if self.kind == "none":
@@ -114,7 +139,7 @@ class Attention(nn.Module):
         with torch.autocast(query.device.type, enabled=False):
             query = query.to(dtype)
             if self.kind in ADDITIVE:
-                attend = kernel(additive_attention, self.compiled)
+                attend = kernel(additive_attention, self.runs_compiled)
                 coverage = None if coverage is None else coverage.to(dtype)
                 return attend(query, enc.keys, self.v.to(dtype), enc.mask, enc.annotations, coverage)
             return dot_attention(query, enc.keys, enc.mask, enc.annotations)  # dot, general

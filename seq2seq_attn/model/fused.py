@@ -139,7 +139,7 @@ def attentive_gru(
     weights = (attention.query_proj.weight, attention.v, layer.w_ih, layer.w_hh, layer.b_hh)
     s0 = state.hidden[:, 0]
     inputs = (enc.keys, enc.annotations, enc.mask, static_gates, s0, *weights, *first, *coverage)
-    *outputs, final_coverage = AttentiveGRU.apply(attention.compiled, *inputs)
+    *outputs, final_coverage = AttentiveGRU.apply(attention.runs_compiled, *inputs)
     return (*outputs, final_coverage.unsqueeze(-1) if decoder.coverage is not None else None)
 
 
