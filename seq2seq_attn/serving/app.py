@@ -18,14 +18,13 @@ from importlib import resources
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from .. import __version__
 from . import opennmt, v1
 from .errors import add_error_handlers
 from .hosting import HostedModel
 from .limits import ConnectionLimits, Limits, Refusal
-from .middleware import LOCAL_NAMES, STOPPING, BodyGuard, CrossSiteGuard, HeadAsGet
+from .middleware import LOCAL_NAMES, STOPPING, BodyGuard, CrossSiteGuard, HeadAsGet, HostGuard
 
 STATIC = resources.files("seq2seq_attn.serving") / "static"
 ANSWERING = 1.0  # seconds a stopping server keeps to answer the requests whose searches it stops
@@ -63,7 +62,7 @@ def create_app(
     )
     app.add_middleware(HeadAsGet)
     app.add_middleware(CrossSiteGuard)
-    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(hosts), www_redirect=False)
+    app.add_middleware(HostGuard, allowed_hosts=hosts)
     add_error_handlers(app)
     app.include_router(opennmt.router, prefix="/" + url_root.strip("/"))
     app.include_router(v1.router)

@@ -1,7 +1,8 @@
 """The ASGI middleware in front of the routes: what every request goes through before a route sees it.
 
-- Starlette's `TrustedHostMiddleware` with `allowed_hosts`: only the server's own names are answered, so
-  a page elsewhere whose name was rebound to the server's address (DNS rebinding) reaches nothing.
+- `HostGuard`: Starlette's `TrustedHostMiddleware` with `allowed_hosts`, its refusal answered in JSON as
+  every other: only the server's own names are answered, so a page elsewhere whose name was rebound to
+  the server's address (DNS rebinding) reaches nothing.
 - `CrossSiteGuard`: a POST from a page elsewhere (its `Origin` or `Sec-Fetch-Site` says so) is refused:
   the body is read as JSON whatever its Content-Type, so a page's `text/plain` POST, which browsers send
   without asking the server first, would otherwise translate.
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TypeVar
 
 from starlette.datastructures import Headers
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -51,6 +53,32 @@ def allowed_hosts(bind: str, named: Sequence[str]) -> tuple[list[str], str]:
     address = f"[{bind}]" if ":" in bind else bind
     own = [] if bind in ANY_ADDRESS or address in LOCAL_NAMES else [address]
     return [*LOCAL_NAMES, *own, *named], ""
+
+
+class HostGuard:
+    """ASGI middleware: Starlette's `TrustedHostMiddleware` decides which Host is the server's own; a
+    request for any other is refused as every refusal of the server is, in JSON (Starlette's own answer
+    is plain text)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
+        self.app, self.allowed_hosts = app, list(allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        admitted = False
+
+        async def admit(scope: Scope, receive: Receive, send: Send) -> None:
+            nonlocal admitted
+            admitted = True
+            await self.app(scope, receive, send)
+
+        async def sent(message: Message) -> None:
+            if admitted:  # the application's answer; Starlette's refusal is replaced below
+                await send(message)
+
+        check = TrustedHostMiddleware(admit, allowed_hosts=self.allowed_hosts, www_redirect=False)
+        await check(scope, receive, sent if scope["type"] == "http" else send)
+        if scope["type"] == "http" and not admitted:
+            await error_response(400, "invalid Host header")(scope, receive, send)
 
 
 class CrossSiteGuard:
