@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -54,6 +56,24 @@ def test_tf32_products_switch_cublas_and_cudnn_and_put_them_back():
         with device.tf32_products(enabled):
             assert settings() == (enabled, enabled)
         assert settings() == before
+
+
+def test_tf32_stays_on_while_any_search_inside_asks_for_it():
+    """Searches of a server interleave (threads taking turns): one that ends puts nothing back under
+    another still inside; torch's settings come back when the last one ends."""
+    settings = lambda: (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)  # noqa: E731
+    before = settings()
+    first, second = contextlib.ExitStack(), contextlib.ExitStack()
+    first.enter_context(device.tf32_products(True))
+    second.enter_context(device.tf32_products(True))
+    first.close()  # the first search ends while the second goes on
+    assert settings() == (True, True)
+    first.enter_context(device.tf32_products(False))  # an fp32 search beside it runs in TF32 too
+    assert settings() == (True, True)
+    second.close()
+    assert settings() == (False, False)
+    first.close()
+    assert settings() == before
 
 
 def test_decode_precision_runs_a_model_as_decode_precision_asks(monkeypatch):

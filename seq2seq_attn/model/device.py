@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -59,16 +60,38 @@ def uses_tf32(precision: str, device: torch.device) -> bool:
     return precision == "tf32" and device.type == "cuda"
 
 
+_tf32_lock = threading.Lock()
+_tf32_inside: list[bool] = []  # the `enabled` of each block now inside tf32_products, in any thread
+_tf32_saved: list[tuple[bool, bool]] = []  # torch's settings before the first of them
+
+
 @contextlib.contextmanager
 def tf32_products(enabled: bool) -> Iterator[None]:
     """Inside: fp32 matrix products (cuBLAS) and cuDNN's RNNs in TF32 when `enabled`, in fp32 otherwise;
-    torch's settings as they were afterwards. Process-wide, so that backward passes run inside it too."""
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+    torch's settings as they were once the last such block ends.
+
+    torch's switch is process-wide (backward passes run inside it too), and a server's searches take
+    turns step by step in several threads: TF32 is on while any block inside asks for it, so a TF32
+    search keeps it to its end (a block that set and restored the switch on its own would turn it off
+    under another's feet), and an fp32 search beside a TF32 one runs in TF32 too."""
+    with _tf32_lock:
+        if not _tf32_inside:
+            _tf32_saved[:] = [(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)]
+        _tf32_inside.append(enabled)
+        _set_tf32(any(_tf32_inside))
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+        with _tf32_lock:
+            _tf32_inside.remove(enabled)
+            if _tf32_inside:
+                _set_tf32(any(_tf32_inside))
+            else:
+                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _tf32_saved[0]
+
+
+def _set_tf32(enabled: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
 
 
 @functools.cache
