@@ -293,8 +293,13 @@ def test_bad_input_and_unsafe_outputs_are_one_line_errors(
     shutil.copy(exported / "model.safetensors", foreign)
     source = tmp_path / "src.txt"
     source.write_text("a b\n", encoding="utf-8")
+    unversioned = tmp_path / "unversioned"  # ours, its format a boolean
+    shutil.copytree(exported, unversioned)
+    header = json.loads((unversioned / "config.json").read_text(encoding="utf-8"))
+    (unversioned / "config.json").write_text(json.dumps({**header, "format": True}), encoding="utf-8")
     for model, message in (
         (foreign, f"{foreign / 'config.json'}: not a seq2seq-attn model folder"),
+        (unversioned, f"{unversioned / 'config.json'}: format True, this seq2seq-attn reads format"),
         ("hf://only-a-name", "hf://only-a-name: name a model on the Hugging Face hub as hf://OWNER/NAME"),
         ("owner/missing", "(for a model on the Hugging Face hub, write hf://owner/missing)"),
     ):

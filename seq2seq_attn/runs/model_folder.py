@@ -112,7 +112,8 @@ def read_header(folder: Path) -> dict[str, Any]:
     header = read_json(path)
     if not isinstance(header, dict) or header.get("library_name") != LIBRARY:
         raise UserError(f'{path}: not a {LIBRARY} model folder (no "library_name": "{LIBRARY}")')
-    if not isinstance(header.get("format"), int) or header["format"] > FORMAT:
+    version = header.get("format")
+    if type(version) is not int or not 1 <= version <= FORMAT:  # (JSON's true is a Python int)
         raise UserError(
             f"{path}: format {header.get('format')}, this {LIBRARY} reads format {FORMAT} or older"
         )
