@@ -600,7 +600,7 @@ def ours_extra(
         "vocab_s": vocab_s,
         "encode_s": encode_s,
         "prep_total_s": prepared.seconds + vocab.seconds,
-        "prep_peak_rss_mb": max(prepared.peak_rss_mb, vocab.peak_rss_mb),
+        "prep_peak_rss_mb": max((m.peak_rss_mb for m in (prepared, vocab) if m.peak_rss_mb), default=None),
         "noattn_points": baseline.train_points(folder / "ours-noattn", trained),
         "noattn_log": str(trained.log),
     }

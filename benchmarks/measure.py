@@ -1,8 +1,9 @@
 """Run one process and measure it the same way for every toolkit.
 
-Wall time is taken around the process; peak RSS comes from `os.wait4`, the kernel's account of that one
-child (ru_maxrss), so measurements never mix processes. Peak GPU memory is what the child's torch reports
-(`torch.cuda.max_memory_allocated`), written at exit by `launch.py` into a small JSON file.
+Wall time is taken around the process. Peak RSS and peak GPU memory are what the child itself records at
+exit through `launch.py`, in a small JSON file: its resident high-water mark (VmHWM; `wait4`'s ru_maxrss
+would also count the harness's own memory, which the child holds at the fork before its exec) and
+`torch.cuda.max_memory_allocated`. A child killed before it could write them has none (None).
 
 A wall-clock training budget is enforced from outside, identically for all toolkits: `interrupt_after`
 seconds after the process started it gets SIGINT (Ctrl-C), on which ours and JoeyNMT save a checkpoint
@@ -73,7 +74,7 @@ class Job:
 class Measured:
     returncode: int
     seconds: float
-    peak_rss_mb: float
+    peak_rss_mb: float | None
     cuda_peak_mb: float | None
     interrupted: bool  # the budget ran out and SIGINT was sent
     log: Path
@@ -133,8 +134,8 @@ def run_job(job: Job, base_env: dict[str, str] | None = None) -> Measured:
     return Measured(
         returncode=process.returncode,
         seconds=seconds,
-        peak_rss_mb=usage.ru_maxrss / 1024,  # Linux reports KiB
-        cuda_peak_mb=_cuda_peak(stats),
+        peak_rss_mb=_recorded(stats, "vm_hwm_kib", 2**10),
+        cuda_peak_mb=_recorded(stats, "cuda_max_memory_allocated", 2**20),
         interrupted=interrupted.is_set(),
         log=job.log,
         deadline=stopped.get("at") if job.interrupt_after is None else started + job.interrupt_after,
@@ -203,11 +204,12 @@ def _terminate(process: subprocess.Popen) -> None:
         process.terminate()
 
 
-def _cuda_peak(stats: Path) -> float | None:
+def _recorded(stats: Path, key: str, per_mib: int) -> float | None:
+    """A peak the launcher recorded at the child's exit, in MiB (`per_mib` of its units make one)."""
     if not stats.is_file():
         return None
-    peak = json.loads(stats.read_text(encoding="utf-8")).get("cuda_max_memory_allocated")
-    return None if peak is None else peak / 2**20
+    peak = json.loads(stats.read_text(encoding="utf-8")).get(key)
+    return None if peak is None else peak / per_mib
 
 
 def package_version(python: str | Path, package: str) -> str:

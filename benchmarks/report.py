@@ -419,7 +419,8 @@ METHOD = f"""How it is measured:
   the timed run made, untimed and in fp32, under torch's `FlopCounterMode`: the matrix products'
   multiply-adds (encoder and its padding included) per generated piece. GFLOP/s: twice that, times the
   timed run's pieces per second (an int8 search does the same multiply-adds, in int8).
-- Memory: peak RSS of each process from the kernel (`wait4`); on GPU also `torch.cuda.max_memory_allocated`.
+- Memory: each process's own peak RSS (VmHWM, recorded at its exit); on GPU also
+  `torch.cuda.max_memory_allocated`.
 - Ours alone: `seq2seq data prepare` + `seq2seq vocab` redone from scratch each repetition, and the
   no-attention model (`--baseline` config) trained over the same window of updates.""".splitlines()
 

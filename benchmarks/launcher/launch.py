@@ -1,8 +1,12 @@
-"""Run a toolkit's module or script in this interpreter and record its peak GPU memory at exit.
+"""Run a toolkit's module or script in this interpreter and record its peak memory at exit.
 
 With any toolkit's own python: `python launch.py -m MODULE [ARGS...]` or `python launch.py SCRIPT [ARGS...]`.
-The peak, `torch.cuda.max_memory_allocated()` (null when CUDA was never used), goes to the JSON file named
-by $BENCH_STATS_FILE. Standard library only: it runs inside the peers' virtual environments too. With
+The peaks go to the JSON file named by $BENCH_STATS_FILE: the process's resident high-water mark (VmHWM of
+/proc/self/status, which exec starts afresh: the kernel's ru_maxrss that `wait4` reports would also count
+the harness's memory at the fork) and `torch.cuda.max_memory_allocated()` (null when CUDA was never used).
+SIGTERM ends the process through SystemExit, so that the record is written then too (a toolkit that
+handles SIGTERM itself keeps its handler). Standard library only: it runs inside the peers' virtual
+environments too. With
 $BENCH_SNAPSHOT_HOOK set it first hooks the toolkit's training loop so that SIGUSR1 writes a checkpoint
 (bench_snapshots.py: the points of `bench --curves`).
 
@@ -26,7 +30,23 @@ def _record() -> None:
     path = os.environ.get("BENCH_STATS_FILE")
     if path:
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"cuda_max_memory_allocated": peak}, handle)
+            json.dump({"cuda_max_memory_allocated": peak, "vm_hwm_kib": _resident_peak_kib()}, handle)
+
+
+def _resident_peak_kib():
+    """This process's peak resident memory in KiB (Linux), None where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _terminated(signum, frame):
+    sys.exit(128 + signum)
 
 
 def main() -> None:
@@ -38,6 +58,7 @@ def main() -> None:
     # non-interactive shell (`nohup make bench &`) inherits SIGINT ignored, and Python then installs no
     # KeyboardInterrupt handler: the toolkit would train on to the SIGTERM that follows.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminated)
     if os.environ.get("BENCH_SNAPSHOT_HOOK"):
         import bench_snapshots
 
