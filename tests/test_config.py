@@ -119,8 +119,8 @@ def test_an_unquoted_on_or_off_is_read_as_the_choice_of_that_name(tmp_path):
     assert load_config(path, []).train.cuda_graphs == "off"
     config = load_config(path, ["train.cuda_graphs=on", "decode.cuda_graphs=off"])
     assert (config.train.cuda_graphs, config.decode.cuda_graphs) == ("on", "off")
-    with pytest.raises(UserError, match="`model.attention` must be a string, got False"):
-        load_config(path, ["model.attention=off"])  # no on / off among its choices
+    with pytest.raises(UserError, match="`model.attention` must be one of 'none', .*, got 'off'"):
+        load_config(path, ["model.attention=off"])  # no on / off among its choices: the text as written
 
 
 @pytest.mark.parametrize(
@@ -130,12 +130,43 @@ def test_an_unquoted_on_or_off_is_read_as_the_choice_of_that_name(tmp_path):
         ("train.batch_size=abc", "`train.batch_size` must be an integer"),
         ("no_equals_sign", "expected KEY=VALUE"),
         ("train.optimizer.x=1", "`train.optimizer` must be a string, got {'x': 1}"),
+        ("model=", "model: a section; set its keys (model.KEY=VALUE)"),
+        ("train.learning_rate=.inf", "`train.learning_rate` must be a finite number, got inf"),
+        ("decode.max_len_a=1e400", "`decode.max_len_a` must be a finite number"),
+        ("seed=-1", "`seed` must be a number >= 0 and <= 4294967295, got -1"),
+        ("train.adam_betas=[1.5,0.9]", "`train.adam_betas` must be a number >= 0 and < 1, got [1.5, 0.9]"),
+        ("decode.beam_size=99999999999999999999", "`decode.beam_size` must be an integer of a 64-bit size"),
     ],
 )
 def test_bad_override_is_a_clear_error(tmp_path, override, fragment):
     path = write(tmp_path, "name: t\n")
     with pytest.raises(UserError, match=re.escape(fragment)):
         load_config(path, [override])
+
+
+def test_a_key_given_twice_is_an_error_naming_its_line(tmp_path):
+    """Plain YAML keeps the last of two `train:` sections and drops the first one's settings."""
+    path = write(tmp_path, "name: t\ntrain:\n  max_steps: 7\nmodel:\n  cell: lstm\ntrain:\n  batch_size: 8\n")
+    with pytest.raises(UserError, match=r"exp.yaml:6: invalid YAML: duplicate key `train`"):
+        load_config(path)
+
+
+def test_text_keys_keep_the_text_as_written(tmp_path):
+    """YAML reads 007 as 7 and 1.10 as 1.1: a text key set on the command line takes its text; in a file,
+    an unquoted number for a text key is an error asking for quotes."""
+    path = write(tmp_path, "name: t\n")
+    config = load_config(path, ["name=007", "data.huggingface.revision=1.10", "data.src_lang='0123'"])
+    assert (config.name, config.data.huggingface.revision, config.data.src_lang) == ("007", "1.10", "0123")
+    with pytest.raises(UserError, match=r"`name` must be a string \(quoted"):
+        load_config(write(tmp_path, "name: 007\n"))
+
+
+def test_a_section_written_empty_takes_its_defaults_and_overrides(tmp_path):
+    path = write(tmp_path, "name: t\nmodel:\n")
+    assert load_config(path, ["model.cell=lstm"]).model.cell == "lstm"
+    for empty in ("0", "false", "[]", "''"):
+        with pytest.raises(UserError, match="model: expected a mapping of keys"):
+            load_config(write(tmp_path, f"name: t\nmodel: {empty}\n"))
 
 
 def test_a_value_the_caller_gives_is_named_where_the_caller_sets_it():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ def load_config(
     if not path.is_file():
         raise UserError(f"{path}: config file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = _read_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""
@@ -53,22 +54,65 @@ def load_config(
     return config
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last: a second
+    `train:` section would silently drop the first one's settings)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key `{key}`", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(text: str) -> Any:
+    """The YAML document `text`, read by `_UniqueKeys` (what `yaml.safe_load` does with its own loader)."""
+    loader = _UniqueKeys(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
 def apply_override(raw: dict, item: str, option: str = "override") -> None:
-    """Apply one `a.b.c=value` override to the raw mapping; the value is typed like YAML."""
+    """Apply one `a.b.c=value` override to the raw mapping; the value is typed like YAML, except for a
+    text key, which takes the text as written (YAML would read `--set name=007` as the number 7)."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise UserError(f"{option} {item!r}: expected KEY=VALUE, e.g. train.learning_rate=3e-4")
     parts = key.strip().split(".")
+    hint = _hint(parts)
+    if dataclasses.is_dataclass(hint):
+        raise UserError(f"{option} {key}: a section; set its keys ({key}.KEY=VALUE)")
     node = raw
     for part in parts[:-1]:
-        child = node.setdefault(part, {})
+        child = node.get(part)
+        if child is None:  # absent, or written empty (`model:`)
+            child = node[part] = {}
         if not isinstance(child, dict):
             raise UserError(f"{option} {key}: {part!r} is not a section")
         node = child
     try:
-        node[parts[-1]] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
     except yaml.YAMLError:
-        node[parts[-1]] = value
+        parsed = value
+    node[parts[-1]] = value if hint is str and not isinstance(parsed, str) and value.strip() else parsed
+
+
+def _hint(parts: list[str]) -> Any:
+    """The schema's type of the key at `parts` (a section's dataclass); None where there is no such key
+    (the error is then the validation's, with its suggestion)."""
+    hint: Any = Config
+    for part in parts:
+        if not dataclasses.is_dataclass(hint) or part not in field_types(hint):
+            return None
+        hint = field_types(hint)[part]
+    return hint
 
 
 def from_dict(raw: dict, where: str = "config") -> Config:
@@ -112,7 +156,8 @@ def _build(cls: type, raw: Any, prefix: str, where: str) -> Any:
             continue
         path = prefix + f.name
         if dataclasses.is_dataclass(hints[f.name]):
-            values[f.name] = _build(hints[f.name], raw[f.name] or {}, path + ".", where)
+            section = raw[f.name]  # written empty (`model:`): its defaults
+            values[f.name] = _build(hints[f.name], {} if section is None else section, path + ".", where)
         else:
             values[f.name] = _check_value(raw[f.name], hints[f.name], f.metadata, path, where)
     built = cls(**values)
@@ -162,6 +207,8 @@ def _check_value(value: Any, hint: Any, rules: dict, path: str, where: str) -> A
             fail(f"a list of {rules['length']} numbers")
         if "items" in rules and any(v not in rules["items"] for v in items):
             fail(f"a list drawn from {rules['items']}")
+        for item in items:  # a list's range rules hold for each of its items
+            _check_range(item, rules, fail)
         return items
     if hint is str and isinstance(value, bool) and {"on", "off"} <= set(rules.get("choices", ())):
         value = "on" if value else "off"  # YAML 1.1 reads an unquoted on / off as true / false
@@ -180,6 +227,8 @@ def _check_scalar(value: Any, hint: Any, fail: Any) -> Any:
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             fail("an integer")
+        if not -(2**63) <= value < 2**63:
+            fail("an integer of a 64-bit size")
         return value
     if hint is float:
         if isinstance(value, str):  # YAML reads "1e-3" (no dot) as a string
@@ -189,13 +238,17 @@ def _check_scalar(value: Any, hint: Any, fail: Any) -> Any:
                 fail("a number")
         if isinstance(value, bool) or not isinstance(value, int | float):
             fail("a number")
+        if not math.isfinite(value):
+            fail("a finite number")
         return float(value)
     if hint is str:
         if value is None:
             return ""
-        if not isinstance(value, str | int | float) or isinstance(value, bool):
+        if isinstance(value, int | float) and not isinstance(value, bool):  # YAML read 007 as 7, 1.10 as 1.1
+            fail("a string (quoted, as YAML reads an unquoted number as a number)")
+        if not isinstance(value, str):
             fail("a string")
-        return str(value)
+        return value
     raise TypeError(f"unsupported config type {hint}")
 
 

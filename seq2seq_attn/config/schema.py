@@ -17,6 +17,8 @@ from typing import Any
 from ..errors import UserError
 from .constants import SPLITS
 
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding takes seeds below 2**32
+
 
 def option(default: Any, doc: str, *, short: str = "", **rules: Any) -> Any:
     """A documented config key. `doc` is its full meaning (docs/config.md); `short`, one line for a
@@ -68,7 +70,9 @@ class SyntheticConfig:
     zipf_exponent: float = option(
         1.0, "Exponent s of the Zipf law p(rank) ~ rank^-s for word choice.", gt=0, le=3
     )
-    seed: int = option(1234, "Seed of the generator: same seed, same bytes; each split derives its own.")
+    seed: int = option(
+        1234, "Seed of the generator: same seed, same bytes; each split derives its own.", ge=0, le=SEED_MAX
+    )
 
 
 @dataclass
@@ -92,7 +96,9 @@ class HoldOutConfig:
     test: int = option(
         0, "Pairs held out of the training files as the test set when `test` names no files (0: none).", ge=0
     )
-    seed: int = option(1, "Seed of the draw: the same files, sizes and seed give the same split.")
+    seed: int = option(
+        1, "Seed of the draw: the same files, sizes and seed give the same split.", ge=0, le=SEED_MAX
+    )
 
 
 @dataclass
@@ -386,7 +392,7 @@ class TrainConfig:
     )
     optimizer: str = option("adam", "Optimiser (paper: adadelta).", choices=["adam", "adadelta", "sgd"])
     learning_rate: float = option(1e-3, "Peak learning rate (adadelta: 1.0).", gt=0)
-    adam_betas: list[float] = option([0.9, 0.999], "Adam beta1, beta2.", length=2)
+    adam_betas: list[float] = option([0.9, 0.999], "Adam beta1, beta2.", length=2, ge=0, lt=1)
     adadelta_rho: float = option(0.95, "Adadelta decay rho (paper: 0.95).", gt=0, lt=1)
     adadelta_eps: float = option(1e-6, "Adadelta epsilon (paper: 1e-6).", gt=0)
     momentum: float = option(0.0, "SGD momentum.", ge=0, lt=1)
@@ -736,7 +742,7 @@ class Config:
     """One experiment: data -> vocab -> model -> train -> decode -> eval."""
 
     name: str = option("experiment", "Experiment name; default data/<name> and runs/<name> folders.")
-    seed: int = option(1, "Global seed (python, numpy, torch).")
+    seed: int = option(1, "Global seed (python, numpy, torch).", ge=0, le=SEED_MAX)
     data: DataConfig = section(DataConfig, "Corpus.")
     vocab: VocabConfig = section(VocabConfig, "Vocabulary.")
     model: ModelConfig = section(ModelConfig, "Model.")
