@@ -31,6 +31,7 @@ import os
 import shlex
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -46,11 +47,18 @@ TEMP_SUFFIX = ".tmp"  # `.<name>.<random>.tmp`: what a write killed half way lea
 
 @contextlib.contextmanager
 def atomic_write(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
-    """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically."""
+    """Open a temporary sibling of `path` for writing; on success it replaces `path` atomically.
+
+    A file already at `path` keeps its permissions (an output kept private stays private), and a symbolic
+    link keeps pointing where it did: the file it names is the one replaced, as `>` in a shell writes it.
+    """
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     folder = check_writable(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=folder)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
+    # mkstemp makes 0600 files: the existing file's permissions, else the usual ones
+    os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask())
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as handle:
             yield handle
