@@ -307,3 +307,16 @@ def test_every_help_reads_whole_at_80_columns():
             for name in [*param.opts, *param.secondary_opts]:
                 if name.startswith("-"):
                     assert name in result.stdout, (shown, name)
+
+
+@pytest.mark.slow
+def test_a_reader_that_goes_away_is_no_error():
+    """`seq2seq config --keys | head -1`: output cut short by its reader exits 0, silently (typer catches
+    the closed pipe itself and exits 1 unless told otherwise)."""
+    command = [sys.executable, "-m", "seq2seq_attn", "config", "--keys"]
+    for _ in range(3):  # where the pipe closes varies: one of the runs meets it mid-output
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        process.stdout.readline()
+        process.stdout.close()
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 0 and stderr == b"", stderr

@@ -13,8 +13,10 @@ import typer
 
 try:  # recent typer vendors its own copy of click and raises its exceptions
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    from typer._click.utils import PacifyFlushWrapper
 except ImportError:  # older typer uses click itself
     from click.exceptions import ClickException, NoArgsIsHelpError
+    from click.utils import PacifyFlushWrapper
 
 from .. import __version__, console
 from ..errors import UserError
@@ -98,6 +100,8 @@ def main() -> None:
     except BrokenPipeError:  # the reader went away (`seq2seq translate ... | head`): not an error
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
         sys.exit(0)
+    except SystemExit as stop:  # typer meets a closed pipe itself: it wraps stdout and exits 1
+        sys.exit(0 if isinstance(sys.stdout, PacifyFlushWrapper) else stop.code)
     except (UserError, OSError) as err:
         if DEBUG:
             raise
