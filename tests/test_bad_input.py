@@ -387,6 +387,16 @@ CASES = [
         "hyp.txt:2: invalid UTF-8",
     ),
     case(
+        "eval-output-dash",
+        lambda t, g: evaluate(t, output=Path("-")),
+        "--output -: eval reads and writes files, not the standard streams",
+    ),
+    case(
+        "eval-reference-dash",
+        lambda t, g: evaluate(t, ref=Path("-")),
+        "--ref -: eval reads and writes files, not the standard streams",
+    ),
+    case(
         "eval-reference-missing",
         lambda t, g: evaluate(t, ref=t / "gone.txt"),
         "gone.txt: file not found",

@@ -115,6 +115,8 @@ def eval_command(
     runs' configs."""
     given = dict(overrides or {})
     runs = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
+    named = [*(("--hyp", path) for path in hyp), ("--ref", ref), ("--src", src), ("--output", output)]
+    refuse_standard_streams([*named, ("--plot", plot), ("--html", html), ("--alignment", alignment)])
     check_options(hyp, runs, src, label, by_length, plot, alignment, html)
     check_settings(given, bool(runs), by_length and src is None)
     aer = read_alignment(alignment) if alignment is not None else None
@@ -159,6 +161,15 @@ def ensemble_runs(value: str) -> list[Path]:
     if len(runs) < 2 or not all(runs):
         raise UserError(f"--ensemble {value}: give two or more runs separated by commas (one run: --model)")
     return [Path(run) for run in runs]
+
+
+def refuse_standard_streams(named: list[tuple[str, Path | None]]) -> None:
+    """`-` is a file name to Path options: eval would write a file named `-` (its text table goes to
+    standard output already) or read one. Refused, where `translate` and `score` read and write the
+    standard streams."""
+    for option, path in named:
+        if path is not None and str(path) == "-":
+            raise UserError(f"{option} -: eval reads and writes files, not the standard streams; give a file")
 
 
 def check_options(
