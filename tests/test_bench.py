@@ -1763,3 +1763,39 @@ def test_our_curve_end_to_end_on_a_tiny_corpus(tmp_path):
     assert "encoding" in (tmp_path / "out/seed3/ours/train.log").read_text(encoding="utf-8")
     assert (tmp_path / "curves.png").stat().st_size > 10_000
     assert "| ours | 0.2 |" in (tmp_path / "curves.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_the_mixed_loads_rate_is_the_short_clients_own():
+    """A heavy request still running when the short clients are done is not in their requests/s: the
+    level's seconds end with the last short answer."""
+    import asyncio
+    import threading
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def translate(request):
+        entries = await request.json()
+        await asyncio.sleep(2.0 if len(entries) > 1 else 0.01)  # the heavy request: 2 s
+        return JSONResponse([[{"tgt": "x", "src": entry["src"]}] for entry in entries])
+
+    app = Starlette(routes=[Route(serve_load.ROUTE, translate, methods=["POST"])])
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        level = asyncio.run(
+            serve_load.load(f"http://127.0.0.1:{port}", ["a b"], 2, 20, 60.0, heavy=["c d", "e f"])
+        )
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert level["answered"] >= 20 and level["heavy"]["answered"] >= 1
+    assert level["seconds"] < 1.5  # 20 answers of 10 ms by 2 clients, not the heavy request's 2 s
