@@ -136,6 +136,7 @@ def test_an_unquoted_on_or_off_is_read_as_the_choice_of_that_name(tmp_path):
         ("seed=-1", "`seed` must be a number >= 0 and <= 4294967295, got -1"),
         ("train.adam_betas=[1.5,0.9]", "`train.adam_betas` must be a number >= 0 and < 1, got [1.5, 0.9]"),
         ("decode.beam_size=99999999999999999999", "`decode.beam_size` must be an integer of a 64-bit size"),
+        ("name=", "`name` must not be empty"),
     ],
 )
 def test_bad_override_is_a_clear_error(tmp_path, override, fragment):

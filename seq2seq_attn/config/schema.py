@@ -754,6 +754,11 @@ class Config:
         "not given.",
     )
 
+    def check(self, where: str) -> None:
+        """A name is the default folders' last part: an empty one would make them data/ and runs/."""
+        if not self.name.strip():
+            raise UserError(f"{where}: `name` must not be empty (it names the data and run folders)")
+
     @property
     def data_dir(self) -> Path:
         return Path(self.data.dir) if self.data.dir else Path("data") / self.name
