@@ -174,6 +174,12 @@ CASES = [
     # -- the config file and --set ------------------------------------------------------------------------
     case("yaml-malformed", lambda t, g: config(t, "train:\n  batch_size: [\n"), "exp.yaml:3: invalid YAML"),
     case(
+        "keys-format-unknown",
+        lambda t, g: ["config", "--keys", "--format", "json"],
+        "Invalid value for '--format'",
+        "'json' is not one of 'text', 'markdown'",
+    ),
+    case(
         "key-misspelt",
         lambda t, g: config(t, "train:\n  learnig_rate: 0.1\n"),
         "exp.yaml: unknown key `train.learnig_rate` (did you mean `train.learning_rate`?)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 
 import typer
@@ -16,6 +17,13 @@ SET_OPTION = typer.Option(
 )
 
 
+class KeysFormat(str, Enum):
+    """How `--keys` lists them (another value is refused, not read as text)."""
+
+    text = "text"
+    markdown = "markdown"
+
+
 def register(app: typer.Typer) -> None:
     app.command("config")(show_config)
 
@@ -24,11 +32,11 @@ def show_config(
     config: Path = typer.Argument(None, help="Experiment YAML file to validate and print resolved."),
     overrides: list[str] = SET_OPTION,
     keys: bool = typer.Option(False, "--keys", help="List every key with type, default and meaning."),
-    fmt: str = typer.Option("text", "--format", help="With --keys: text or markdown."),
+    fmt: KeysFormat = typer.Option(KeysFormat.text, "--format", help="With --keys: text or markdown."),
 ) -> None:
     """Validate CONFIG and print it fully resolved (defaults filled in, paths absolute), or list all keys."""
     if keys:
-        if fmt == "markdown":
+        if fmt is KeysFormat.markdown:
             typer.echo(config_markdown(), nl=False)
         else:
             for key, kind, default, doc in describe_keys():
