@@ -180,6 +180,11 @@ CASES = [
         "'json' is not one of 'text', 'markdown'",
     ),
     case(
+        "long-inputs-max-words-negative",
+        lambda t, g: ["data", "long-inputs", "--src", "s", "--ref", "r", "-o", "out", "--max-words", "-5"],
+        "Invalid value for '--max-words'",
+    ),
+    case(
         "key-misspelt",
         lambda t, g: config(t, "train:\n  learnig_rate: 0.1\n"),
         "exp.yaml: unknown key `train.learnig_rate` (did you mean `train.learning_rate`?)",

@@ -96,7 +96,7 @@ def long_inputs_command(
         8, "--sentences", help="At most this many pairs per input (at least 2).", min=2
     ),
     max_words: int = typer.Option(
-        200, "--max-words", help="Stop adding pairs before the source passes this."
+        200, "--max-words", help="Stop adding pairs before the source passes this.", min=1
     ),
     seed: int = typer.Option(1, "--seed", help="Seed of the number of pairs each input joins."),
 ) -> None:
