@@ -64,6 +64,17 @@ def test_eval_model_translates_scores_and_keeps_hypotheses(tiny_run_dir: Path, t
     assert abs(overall["bleu"] - sacrebleu.corpus_bleu(hypotheses, [references]).score) < 1e-9
 
 
+def test_two_runs_of_one_label_are_refused_before_translating(tiny_run_dir: Path, tmp_path: Path):
+    """Both would keep their translation in the same file; the refusal comes before any search."""
+    data = tiny_run_dir.parent / "data"
+    src, ref = data / "test.src", data / "test.tgt"
+    report = tmp_path / "report.json"
+    args = ["eval", "--model", str(tiny_run_dir), "--model", str(tiny_run_dir), "--src", str(src)]
+    result = run_cli(*args, "--ref", str(ref), "--output", str(report))
+    assert result.returncode == 2 and "is used 2 times: give each system its own label" in result.stderr
+    assert not list(tmp_path.glob("*.hyp"))
+
+
 def test_eval_model_reports_the_diagnostics_of_its_own_search(tiny_run_dir: Path, tmp_path: Path):
     """The attention diagnostics come from the search that made the hypotheses, and agree with the same
     measures computed here from a search of our own; --plot also draws them."""

@@ -68,7 +68,12 @@ def check_inputs(
         )
     if sources is not None:
         check_aligned(sources_path or "the sources", len(sources), ref_name, len(references))
-    labels = [system.label for system in systems]
+    check_labels([system.label for system in systems])
+
+
+def check_labels(labels: Sequence[str]) -> None:
+    """Each system's label names it alone: in the report, as the baseline, and in the file a run's
+    translation is kept in (two runs of one label would write the same file)."""
     for label in labels:
         if labels.count(label) > 1:
             raise UserError(
