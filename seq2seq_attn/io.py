@@ -124,6 +124,12 @@ def check_writable(path: str | Path) -> Path:
 
 
 def _umask() -> int:
+    """The process's umask, read from /proc where Linux shows it: setting it to read it back (the only
+    portable way) leaves it 0 for an instant, in which another thread's new file would be writable by all."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0)
     os.umask(mask)
     return mask

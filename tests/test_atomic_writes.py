@@ -3,10 +3,13 @@ it, its permissions and a symbolic link to it."""
 
 from __future__ import annotations
 
+import os
 import stat
 
+import pytest
 from helpers import run_main
 
+from seq2seq_attn import io
 from seq2seq_attn.io import atomic_write
 
 
@@ -36,3 +39,15 @@ def test_a_symbolic_link_keeps_pointing_at_the_file_it_names(tmp_path, tiny_run_
         real.read_text(encoding="utf-8") != "old\n"
         and len(real.read_text(encoding="utf-8").splitlines()) == 1
     )
+
+
+def test_the_umask_is_read_without_being_set(monkeypatch):
+    """Reading it by setting it would leave it 0 for an instant, in which another thread's new file would
+    be writable by all (Linux shows it in /proc)."""
+    previous = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", lambda mask: pytest.fail(f"umask set to {mask:o}"))
+        assert io._umask() == 0o027
+    finally:
+        monkeypatch.undo()
+        os.umask(previous)
