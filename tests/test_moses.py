@@ -23,6 +23,7 @@ from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.metrics.bleu import bleu_metric
 from seq2seq_attn.evaluation.metrics.by_length import evaluate
 from seq2seq_attn.evaluation.metrics.inputs import System
+from seq2seq_attn.evaluation.models.align import AlignmentCorpus, as_read, attention_scores
 from seq2seq_attn.model import build_model
 from seq2seq_attn.vocab.cache import build_cache, cache_stats, load_cache
 from seq2seq_attn.vocab.pieces import Vocab, build_vocab
@@ -205,6 +206,18 @@ def test_the_task_form_trains_on_lowercased_normalised_tokenised_text(task_vocab
     assert valid_tgt == Path(config.data.local.valid.tgt).read_text(encoding="utf-8")  # the corpus' text
     manifest = json.loads((config.data_dir / "vocab" / "manifest.json").read_text())
     assert manifest["tokenize"] == {"scheme": "task", "src_lang": "en", "tgt_lang": "fr"}
+
+
+def test_alignment_reads_gold_words_as_the_task_form_reads_its_text(task_vocab) -> None:
+    """Gold words come tokenised but cased: `align` lowercases and normalises them first, as the task form
+    does every line it reads (else a cased word is <unk>), and the attention is that of the words read."""
+    config, vocab = task_vocab
+    model = build_model(config.model, vocab.src_size, vocab.tgt_size).eval()
+    cased = AlignmentCorpus([["The", "Cat", "Sat"]], [["Le", "Chat"]], [None])
+    read = AlignmentCorpus([["the", "cat", "sat"]], [["le", "chat"]], [None])
+    assert as_read(vocab, 0, cased.src_words) == read.src_words
+    (got,), (want,) = (attention_scores(model, vocab, corpus, "cpu") for corpus in (cased, read))
+    np.testing.assert_array_equal(got, want)
 
 
 def test_a_task_form_vocabulary_reads_any_case_and_writes_lowercase(task_vocab) -> None:

@@ -93,11 +93,16 @@ class Pipeline:
 
     def line(self, text: str, keep: Sequence[str] = ()) -> str:
         """One line through the scripts; the strings in `keep` stay whole (`tokenize_line`)."""
+        return tokenize_line(self.before_tokenizing(text), self.lang, keep, escape=self.escape)
+
+    def before_tokenizing(self, text: str) -> str:
+        """What the scripts before tokenizer.perl make of `text`: lowercased and punctuation normalised
+        where this pipeline does that (for words tokenised already, such as a gold alignment's)."""
         if self.lowercase:
             text = text.lower()
         if self.normalize:
             text = normalize_punctuation(text, self.lang)
-        return tokenize_line(text, self.lang, keep, escape=self.escape)
+        return text
 
     def __call__(self, lines: Iterable[str], keep: Sequence[str] = ()) -> list[str]:
         return [self.line(text, keep) for text in lines]

@@ -207,12 +207,22 @@ def encode_words(
     return ids, counts
 
 
+def as_read(vocab, side: int, sentences: list[list[str]]) -> list[list[str]]:
+    """Gold words (tokenised already) as the model reads its text: lowercased and punctuation normalised
+    where its vocabulary's processing does that (`data.tokenize: task`), or a cased word would be <unk>."""
+    if vocab.text is None:
+        return sentences
+    pipeline = vocab.text[side]
+    return [[pipeline.before_tokenizing(word) for word in words] for words in sentences]
+
+
 def attention_scores(model, vocab, corpus: AlignmentCorpus, device: torch.device | str) -> list[np.ndarray]:
     """The model's word-level attention (target words, source words) for every pair, references forced."""
     # the gold sentences come word-tokenised: a word is read as it is (Moses would take a lone word for a
     # sentence and split "etc." or "n't"), so each word's pieces stay its own
-    src_ids, src_counts = encode_words(functools.partial(vocab.encode_src, tokenized=True), corpus.src_words)
-    tgt_ids, tgt_counts = encode_words(functools.partial(vocab.encode_tgt, tokenized=True), corpus.tgt_words)
+    src_words, tgt_words = as_read(vocab, 0, corpus.src_words), as_read(vocab, 1, corpus.tgt_words)
+    src_ids, src_counts = encode_words(functools.partial(vocab.encode_src, tokenized=True), src_words)
+    tgt_ids, tgt_counts = encode_words(functools.partial(vocab.encode_tgt, tokenized=True), tgt_words)
     forced = forced_pass(model, src_ids, tgt_ids, device, by_source_length(src_ids), attention=True)
     pieces = [pair.attention for pair in forced]
     return [
