@@ -165,12 +165,13 @@ def _train_all(paths: list[Path], system_sets: list[list[str]], parallel: bool) 
         for command in commands:
             _run(command)
         return
-    threads = max(1, (os.cpu_count() or 1) // len(commands))
+    threads = max(1, len(os.sched_getaffinity(0)) // len(commands))  # the cores this process may use
+    gpus = _gpus()
     processes = []
     for index, command in enumerate(commands):
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        if _gpus() >= len(commands):
-            env["CUDA_VISIBLE_DEVICES"] = str(index)
+        if len(gpus) >= len(commands):
+            env["CUDA_VISIBLE_DEVICES"] = gpus[index]
         print("+", " ".join(command), file=sys.stderr, flush=True)
         processes.append(subprocess.Popen(command, env=env))
     failed = [p.args for p in processes if p.wait() != 0]
@@ -178,10 +179,15 @@ def _train_all(paths: list[Path], system_sets: list[list[str]], parallel: bool) 
         sys.exit(f"reproduce: training failed: {failed}")
 
 
-def _gpus() -> int:
+def _gpus() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them: those it already names (a
+    caller's choice, kept), else every device."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [device.strip() for device in visible.split(",") if device.strip()]
     import torch
 
-    return torch.cuda.device_count()
+    return [str(index) for index in range(torch.cuda.device_count())]
 
 
 def _heatmaps(config: Config, test_src: Path, folder: Path, count: int) -> None:

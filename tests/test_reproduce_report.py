@@ -130,3 +130,23 @@ def test_several_test_sets_each_get_a_section_and_their_own_folder(tmp_path):
     assert reproduce.test_sets(config) == [
         ("", config.data_dir / "test.src", config.data_dir / "test.tgt", None)
     ]
+
+
+def test_parallel_trainings_take_the_gpus_the_caller_left_visible(monkeypatch):
+    """--parallel gives each training one GPU: one of those CUDA_VISIBLE_DEVICES names, not device i of
+    all (a caller's CUDA_VISIBLE_DEVICES=2,3 put the runs on GPUs 0 and 1)."""
+    reproduce = load_script("reproduce")
+    started = []
+
+    class Started:
+        def __init__(self, command, env):
+            self.args = command
+            started.append(env["CUDA_VISIBLE_DEVICES"])
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(reproduce.subprocess, "Popen", Started)
+    reproduce._train_all([Path("a.yaml"), Path("b.yaml")], [[], []], parallel=True)
+    assert started == ["2", "3"]
