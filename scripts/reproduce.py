@@ -31,11 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-from seq2seq_attn.config import Config, load_config
+from seq2seq_attn.config import Config, load_config, to_dict
 from seq2seq_attn.data import multi30k
 from seq2seq_attn.evaluation.metrics.report import bucket_rows, render
 from seq2seq_attn.evaluation.models.heatmap import pick_by_length
 from seq2seq_attn.io import read_lines, write_text
+from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.run_folder import resolve_checkpoint
 from seq2seq_attn.training.log import METRICS_FILE, read_metrics
 
 SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
@@ -82,6 +84,8 @@ def main() -> None:
     _train_all(args.configs, system_sets, args.parallel)
     times["training"] = time.monotonic() - start
 
+    for config in configs:
+        check_settings_reach_evaluation(config)
     start = time.monotonic()
     tests = test_sets(configs[0])
     reports = [
@@ -118,6 +122,22 @@ def test_sets(config: Config) -> list[TestSet]:
         found = multi30k.test_sets(data.multi30k, data.src_lang, data.tgt_lang)
         return [(test.name, test.src, test.ref, test.task_ref) for test in found]
     return [("", config.data_dir / "test.src", config.data_dir / "test.tgt", None)]
+
+
+def check_settings_reach_evaluation(config: Config) -> None:
+    """Evaluation reads a run's search and scoring settings from its checkpoint (`eval --model`), which a
+    re-run that trains no further does not write again: a `--set decode.*` or `eval.*` given then would be
+    ignored while the run's config.yaml says it. Refused, naming the first such key."""
+    saved = load_checkpoint(resolve_checkpoint(config.run_dir))["config"]
+    wanted = to_dict(config)
+    for section in ("decode", "eval"):
+        for key, value in wanted[section].items():
+            if saved[section].get(key) != value:
+                sys.exit(
+                    f"reproduce: {config.run_dir}: its checkpoint has {section}.{key} = "
+                    f"{saved[section].get(key)!r}, not {value!r}; evaluation reads the checkpoint's: run "
+                    f"`seq2seq eval --model` with the setting, or train a new run (--runs ELSEWHERE)"
+                )
 
 
 def _evaluate(

@@ -4,10 +4,12 @@ RNNencdec significantly."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
-from helpers import load_script, noisy, tiny_config
+import pytest
+from helpers import load_script, make_run_dir, noisy, tiny_config, write_corpus
 
 from seq2seq_attn.config import EvalConfig
 from seq2seq_attn.evaluation.metrics.by_length import evaluate
@@ -150,3 +152,16 @@ def test_parallel_trainings_take_the_gpus_the_caller_left_visible(monkeypatch):
     monkeypatch.setattr(reproduce.subprocess, "Popen", Started)
     reproduce._train_all([Path("a.yaml"), Path("b.yaml")], [[], []], parallel=True)
     assert started == ["2", "3"]
+
+
+def test_a_rerun_refuses_search_settings_its_checkpoint_does_not_hold(tmp_path):
+    """Evaluation reads a run's settings from its checkpoint; a re-run that trains no further writes none:
+    a new `--set decode.*` would be ignored while config.yaml says it."""
+    reproduce = load_script("reproduce")
+    config = tiny_config(tmp_path)
+    write_corpus(config.data_dir)
+    make_run_dir(config)
+    reproduce.check_settings_reach_evaluation(config)  # the settings it was trained with
+    changed = dataclasses.replace(config, decode=dataclasses.replace(config.decode, min_len=6))
+    with pytest.raises(SystemExit, match=r"its checkpoint has decode.min_len = 0, not 6"):
+        reproduce.check_settings_reach_evaluation(changed)
