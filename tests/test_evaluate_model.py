@@ -75,6 +75,19 @@ def test_two_runs_of_one_label_are_refused_before_translating(tiny_run_dir: Path
     assert not list(tmp_path.glob("*.hyp"))
 
 
+def test_files_that_do_not_line_up_are_refused_before_a_run_translates(tiny_run_dir: Path, tmp_path: Path):
+    data = tiny_run_dir.parent / "data"
+    src, ref = data / "test.src", data / "test.tgt"
+    one_line = tmp_path / "one.txt"
+    one_line.write_text("a b\n", encoding="utf-8")
+    keep = tmp_path / "report.json"
+    for given in (["--hyp", str(one_line), "--src", str(src)], ["--src", str(one_line)]):
+        model = ["--model", str(tiny_run_dir)]
+        result = run_cli("eval", *given, *model, "--ref", str(ref), "--output", str(keep))
+        assert result.returncode == 2 and "has 1 lines but" in result.stderr, result.stderr
+        assert "translated" not in result.stderr and not list(tmp_path.glob("*.hyp"))
+
+
 def test_eval_model_reports_the_diagnostics_of_its_own_search(tiny_run_dir: Path, tmp_path: Path):
     """The attention diagnostics come from the search that made the hypotheses, and agree with the same
     measures computed here from a search of our own; --plot also draws them."""

@@ -74,7 +74,7 @@ def eval_command(
         [],
         "--label",
         help="Name of each --hyp, then of each --model, then of each --ensemble, in order (default: file "
-        "name / run name / run names joined by +).",
+        "name without its extension / run name / run names joined by +).",
     ),
     by_length: bool = typer.Option(False, "--by-length", help="Also score each sentence-length bucket."),
     fmt: Format | None = typer.Option(

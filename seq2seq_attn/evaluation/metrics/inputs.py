@@ -57,18 +57,30 @@ def check_inputs(
     references_path: str,
     sources_path: str,
 ) -> None:
+    if not systems:
+        raise UserError("no system to evaluate")
+    check_lines(systems, references, sources, references_path, sources_path)
+    check_labels([system.label for system in systems])
+
+
+def check_lines(
+    systems: Sequence[System],
+    references: Sequence[str],
+    sources: Sequence[str] | None,
+    references_path: str,
+    sources_path: str,
+) -> None:
+    """References to evaluate against, and every system's hypotheses and the sources line-aligned with
+    them (eval checks the files given before its runs translate)."""
     ref_name = references_path or "the references"
     if not references:
         raise UserError(f"{ref_name}: no lines to evaluate")
-    if not systems:
-        raise UserError("no system to evaluate")
     for system in systems:
         check_aligned(
             system.path or f"system {system.label!r}", len(system.hypotheses), ref_name, len(references)
         )
     if sources is not None:
         check_aligned(sources_path or "the sources", len(sources), ref_name, len(references))
-    check_labels([system.label for system in systems])
 
 
 def check_labels(labels: Sequence[str]) -> None:

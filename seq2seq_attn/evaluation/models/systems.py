@@ -26,7 +26,7 @@ from ...runs.hub import hub_model
 from ..metrics.by_length import Subset, TokenisedBleu, comparison_pairs, evaluate, shortlist_subset
 from ..metrics.diagnostics import SentenceAttention
 from ..metrics.examples import differing_examples
-from ..metrics.inputs import System, check_aligned, check_labels, read_text
+from ..metrics.inputs import System, check_aligned, check_labels, check_lines, read_text
 from ..metrics.report import render
 
 if TYPE_CHECKING:
@@ -215,6 +215,8 @@ def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
     if given.get("task_ref"):  # the task's references given: checked before minutes of translation
         task_ref = given["task_ref"]
         check_aligned(task_ref, len(read_text(task_ref)), str(request.references), len(references))
+    source_path = str(request.sources) if request.sources is not None else ""
+    check_lines(request.systems, references, sources, str(request.references), source_path)
     labels = [system.label for system in request.systems] + [label for _, label in request.runs]
     check_labels(labels)  # before minutes of translation, and before a run's file is written over
     comparison_pairs(labels, given.get("baseline") or None)
