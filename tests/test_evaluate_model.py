@@ -151,6 +151,7 @@ def test_eval_models_that_differ_in_their_eval_section_need_the_option(tiny_run_
     assert result.stderr.strip().splitlines() == [
         "seq2seq: error: the trained runs differ in eval.buckets ([0, 3, 6] vs [0, 4]): give --buckets"
     ]
+    assert not list(tmp_path.rglob("*.hyp"))  # refused before either run translated
     result = run_cli(*args, "--buckets", "0,10")
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["edges"] == [0, 10]

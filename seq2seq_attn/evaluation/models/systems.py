@@ -108,20 +108,18 @@ def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) 
 
 
 def translate_run(
+    loaded: Runs,
     runs: Sequence[Path],
     label: str,
     sources: list[str],
     hyp_path: Path,
-    device: torch.device,
     decode: Mapping[str, Any] | None = None,
 ) -> TranslatedRun:
-    """Translate `sources` with a trained run (or the ensemble of `runs`) and its own decode settings (the
-    first run's) changed by `decode` (key -> value, `eval --set decode.KEY=VALUE`), and keep the
-    hypotheses file. Says how many sources were cut to `decode.max_src_tokens` pieces."""
-    from ...decoding.loader import load_runs
+    """Translate `sources` with a trained run (or the ensemble of `runs`), `loaded`, and its own decode
+    settings (the first run's) changed by `decode` (key -> value, `eval --set decode.KEY=VALUE`), and keep
+    the hypotheses file. Says how many sources were cut to `decode.max_src_tokens` pieces."""
     from ...runs.run_folder import run_provenance
 
-    loaded = load_runs(runs, device)
     translator = loaded.translator(decode)
     cut = sum(len(ids) > translator.cfg.max_src_tokens for ids in translator.vocab.encode_src(sources))
     if cut:
@@ -220,7 +218,7 @@ def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
     labels = [system.label for system in request.systems] + [label for _, label in request.runs]
     check_labels(labels)  # before minutes of translation, and before a run's file is written over
     comparison_pairs(labels, given.get("baseline") or None)
-    translated = translate_runs(request, sources)
+    translated = translate_runs(request, sources, given)
     systems = [*request.systems, *(run.system for run in translated)]
     section = runs_eval_section([run.config for run in translated], given)
     config = settled(override(section, given, "eval."), translated)
@@ -252,26 +250,32 @@ def translated_device(translated: Sequence[TranslatedRun]) -> torch.device | str
     return translated[0].translator.device if translated else "cpu"
 
 
-def translate_runs(request: Request, sources: list[str] | None) -> list[TranslatedRun]:
+def translate_runs(
+    request: Request, sources: list[str] | None, given: Mapping[str, Any]
+) -> list[TranslatedRun]:
     """Each trained run of the request as a system: its translation of the sources, kept as
-    `hypotheses_path`."""
+    `hypotheses_path`. Every run is loaded first, so that runs whose `eval` sections leave no single
+    answer (`runs_eval_section`) are refused before minutes of translation."""
     if not request.runs:
         return []
     if sources is None or request.sources is None:
         raise UserError("a trained run translates the sources: give the source file")
+    from ...decoding.loader import load_runs
     from ...model.device import resolve_device
 
     device = resolve_device("auto", "the device")
+    loaded = [load_runs(paths, device) for paths, _ in request.runs]
+    runs_eval_section([runs.configs[0] for runs in loaded], given)
     return [
         translate_run(
+            runs,
             paths,
             label,
             sources,
             hypotheses_path(paths[0], label, request.sources, request.keep_in),
-            device,
             request.decode,
         )
-        for paths, label in request.runs
+        for runs, (paths, label) in zip(loaded, request.runs, strict=True)
     ]
 
 
