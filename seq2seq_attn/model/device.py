@@ -62,7 +62,7 @@ def uses_tf32(precision: str, device: torch.device) -> bool:
 
 _tf32_lock = threading.Lock()
 _tf32_inside: list[bool] = []  # the `enabled` of each block now inside tf32_products, in any thread
-_tf32_saved: list[tuple[bool, bool]] = []  # torch's settings before the first of them
+_tf32_before = [False, False]  # torch's (cuBLAS, cuDNN) settings before the first of them
 
 
 @contextlib.contextmanager
@@ -76,22 +76,21 @@ def tf32_products(enabled: bool) -> Iterator[None]:
     under another's feet), and an fp32 search beside a TF32 one runs in TF32 too."""
     with _tf32_lock:
         if not _tf32_inside:
-            _tf32_saved[:] = [(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)]
+            _tf32_before[:] = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
         _tf32_inside.append(enabled)
-        _set_tf32(any(_tf32_inside))
+        on = any(_tf32_inside)
+        _set_tf32(on, on)
     try:
         yield
     finally:
         with _tf32_lock:
             _tf32_inside.remove(enabled)
-            if _tf32_inside:
-                _set_tf32(any(_tf32_inside))
-            else:
-                torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _tf32_saved[0]
+            on = any(_tf32_inside)
+            _set_tf32(*((on, on) if _tf32_inside else _tf32_before))
 
 
-def _set_tf32(enabled: bool) -> None:
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
+def _set_tf32(cublas: bool, cudnn: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = cublas, cudnn
 
 
 @functools.cache

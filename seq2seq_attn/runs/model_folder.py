@@ -69,20 +69,21 @@ def figure_name(figure: Path) -> str:
 # reading
 
 
+def _absent(path: Path) -> list[str]:
+    """Which of an exported model folder's two defining files `path` lacks."""
+    return [name for name in (CONFIG_FILE, WEIGHTS_FILE) if not (path / name).is_file()]
+
+
 def is_model_folder(path: Path) -> bool:
     """Whether `path` is an exported model folder (what `load_one` reads with `load`)."""
-    return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+    return not _absent(path)
 
 
 def missing_file(path: Path) -> str | None:
     """The defining file an exported model folder at `path` lacks when it has the other one (None: it has
     both, or is no such folder): a folder with one of them is a broken export, not a run folder."""
-    present = [name for name in (CONFIG_FILE, WEIGHTS_FILE) if (path / name).is_file()]
-    return (
-        next(name for name in (CONFIG_FILE, WEIGHTS_FILE) if name not in present)
-        if len(present) == 1
-        else None
-    )
+    absent = _absent(path)
+    return absent[0] if len(absent) == 1 else None
 
 
 def load(folder: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, Vocab, Config]:

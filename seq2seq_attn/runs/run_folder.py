@@ -75,6 +75,11 @@ def resolve_checkpoint(path: str | Path, which: str = BEST) -> Path:
     raise UserError(f"{path}: run directory has no checkpoint (expected {folder}/{which} or {LATEST})")
 
 
+def step_file(folder: Path, step: int) -> Path:
+    """The best-K checkpoint of update `step` in a run's checkpoint folder."""
+    return folder / f"step-{step}.pt"
+
+
 def point_best(folder: Path, target: Path) -> None:
     """Atomically make `best.pt` a relative symbolic link to `target`."""
     tmp = folder / f".{BEST}.link{TEMP_SUFFIX}"  # (a stale one is removed when training restarts)
@@ -181,11 +186,11 @@ def save_validated(
     lists them)."""
     step = payload["step"]
     if entered:
-        save_checkpoint(folder / f"step-{step}.pt", payload)
-        point_best(folder, folder / f"step-{kept[0]['step']}.pt")
+        save_checkpoint(step_file(folder, step), payload)
+        point_best(folder, step_file(folder, kept[0]["step"]))
     save_checkpoint(folder / LATEST, payload)
     for old in dropped:
-        (folder / f"step-{old}.pt").unlink(missing_ok=True)
+        step_file(folder, old).unlink(missing_ok=True)
 
 
 def match_kept(folder: Path, kept: list[dict]) -> None:
@@ -193,11 +198,11 @@ def match_kept(folder: Path, kept: list[dict]) -> None:
     first). A run killed after writing latest.pt and before removing the steps it dropped, or after
     writing a new step-N.pt and pointing best.pt at it but before latest.pt, leaves files that no
     checkpoint lists; nothing would ever remove them, and averaging the last K would take them."""
-    listed = {f"step-{entry['step']}.pt" for entry in kept}
+    listed = {step_file(folder, entry["step"]) for entry in kept}
     for path in folder.glob("step-*.pt"):
-        if path.name not in listed:
+        if path not in listed:
             path.unlink()
     if kept:
-        point_best(folder, folder / f"step-{kept[0]['step']}.pt")
+        point_best(folder, step_file(folder, kept[0]["step"]))
     else:
         (folder / BEST).unlink(missing_ok=True)

@@ -34,6 +34,7 @@ LOCAL_NAMES = ["127.0.0.1", "localhost", "[::1]"]  # a server's names on its own
 ANY_ADDRESS = {"0.0.0.0", "::", ""}  # binds that answer on every interface
 SAME_SITE = ("same-origin", "none")  # the Sec-Fetch-Site values of the server's own page and of a user
 CLOSE = {"connection": "close"}  # a body left unread: the connection cannot carry another request
+ADMITTED = "seq2seq_attn.host_admitted"  # the scope's mark of a request whose Host HostGuard admitted
 STOPPING = "the server is stopping"  # the answer to every request a stopping server cannot finish
 
 
@@ -61,23 +62,24 @@ class HostGuard:
     is plain text)."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Sequence[str]) -> None:
-        self.app, self.allowed_hosts = app, list(allowed_hosts)
+        self.app = app
+        self.check = TrustedHostMiddleware(self._admit, allowed_hosts=list(allowed_hosts), www_redirect=False)
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[ADMITTED] = True
+        await self.app(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        admitted = False
+        if scope["type"] != "http":
+            await self.check(scope, receive, send)
+            return
 
-        async def admit(scope: Scope, receive: Receive, send: Send) -> None:
-            nonlocal admitted
-            admitted = True
-            await self.app(scope, receive, send)
-
-        async def sent(message: Message) -> None:
-            if admitted:  # the application's answer; Starlette's refusal is replaced below
+        async def unless_refused(message: Message) -> None:
+            if scope.get(ADMITTED):  # the application's answer; Starlette's refusal is replaced below
                 await send(message)
 
-        check = TrustedHostMiddleware(admit, allowed_hosts=self.allowed_hosts, www_redirect=False)
-        await check(scope, receive, sent if scope["type"] == "http" else send)
-        if scope["type"] == "http" and not admitted:
+        await self.check(scope, receive, unless_refused)
+        if not scope.get(ADMITTED):
             await error_response(400, "invalid Host header")(scope, receive, send)
 
 

@@ -106,7 +106,8 @@ class Window:
     def pending(self) -> tuple[int, int]:
         """(updates skipped so far in this window, consecutive skipped updates up to now), read without
         ending the window: what a checkpoint written between log lines adds to the run's counters."""
-        return int(self.skipped.item()), int(self.bad_run.item())
+        skipped, bad_run = torch.stack([self.skipped, self.bad_run]).tolist()  # one read of the device
+        return int(skipped), int(bad_run)
 
     def take(self) -> WindowStats:
         seconds = time.monotonic() - self.started

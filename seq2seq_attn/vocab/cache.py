@@ -42,8 +42,9 @@ def build_cache(config: Config, vocab: Vocab, force: bool = False) -> list[str]:
     folder.mkdir(parents=True, exist_ok=True)
     manifest_file = folder / "manifest.json"
     manifest = read_json(manifest_file) if manifest_file.is_file() else {}
-    if manifest.get("vocab") != encoded_with(vocab.directory):
-        manifest = {"vocab": encoded_with(vocab.directory), "entries": {}}
+    vocabulary = encoded_with(vocab.directory)
+    if manifest.get("vocab") != vocabulary:
+        manifest = {"vocab": vocabulary, "entries": {}}
     entries = manifest["entries"]
 
     files = {f"{split}.{side}": data_file(config, f"{split}.{side}") for split in SPLITS for side in SIDES}

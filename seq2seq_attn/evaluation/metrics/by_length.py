@@ -53,7 +53,7 @@ from .bootstrap import (
 )
 from .buckets import bucket_index, bucket_labels, check_edges, word_counts, words_unit
 from .diagnostics import bucket_row, sentence_counts
-from .inputs import System, check_aligned, check_inputs
+from .inputs import System, check_aligned, check_labels, check_lines
 from .report import INTERVAL, METRICS, words_label
 
 if TYPE_CHECKING:
@@ -279,7 +279,10 @@ def evaluate(
     `config.lowercase` makes sacrebleu's BLEU and chrF case-insensitive (their signatures say case:lc)."""
     config = config or EvalConfig()
     baseline = config.baseline or None
-    check_inputs(systems, references, sources, references_path, sources_path)
+    if not systems:
+        raise UserError("no system to evaluate")
+    check_lines(systems, references, sources, references_path, sources_path)
+    check_labels([system.label for system in systems])
     for spec in tokenised:
         if spec.references is not None:
             check_aligned(

@@ -50,19 +50,6 @@ def check_aligned(name: str, count: int, other: str, other_count: int) -> None:
         )
 
 
-def check_inputs(
-    systems: Sequence[System],
-    references: Sequence[str],
-    sources: Sequence[str] | None,
-    references_path: str,
-    sources_path: str,
-) -> None:
-    if not systems:
-        raise UserError("no system to evaluate")
-    check_lines(systems, references, sources, references_path, sources_path)
-    check_labels([system.label for system in systems])
-
-
 def check_lines(
     systems: Sequence[System],
     references: Sequence[str],

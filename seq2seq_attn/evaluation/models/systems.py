@@ -218,9 +218,10 @@ def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
     labels = [system.label for system in request.systems] + [label for _, label in request.runs]
     check_labels(labels)  # before minutes of translation, and before a run's file is written over
     comparison_pairs(labels, given.get("baseline") or None)
-    translated = translate_runs(request, sources, given)
+    loaded = load_request_runs(request, sources)
+    section = runs_eval_section([runs.configs[0] for runs in loaded], given)  # before any translation
+    translated = translate_runs(request, loaded, sources)
     systems = [*request.systems, *(run.system for run in translated)]
-    section = runs_eval_section([run.config for run in translated], given)
     config = settled(override(section, given, "eval."), translated)
     # (label, vocabulary) of the word-vocabulary runs: their shortlists define the "no UNK" sentences
     shortlists = [(run.system.label, run.vocab) for run in translated if run.vocab.model_type == "word"]
@@ -234,7 +235,7 @@ def evaluate_runs(request: Request, given: Mapping[str, Any]) -> Evaluation:
         by_length=request.by_length,
         config=config,
         references_path=str(request.references),
-        sources_path=str(request.sources) if request.sources is not None else "",
+        sources_path=source_path,
         subsets=subsets,
         tokenised=tokenised_bleus(config),
     )
@@ -250,22 +251,25 @@ def translated_device(translated: Sequence[TranslatedRun]) -> torch.device | str
     return translated[0].translator.device if translated else "cpu"
 
 
-def translate_runs(
-    request: Request, sources: list[str] | None, given: Mapping[str, Any]
-) -> list[TranslatedRun]:
-    """Each trained run of the request as a system: its translation of the sources, kept as
-    `hypotheses_path`. Every run is loaded first, so that runs whose `eval` sections leave no single
-    answer (`runs_eval_section`) are refused before minutes of translation."""
+def load_request_runs(request: Request, sources: list[str] | None) -> list[Runs]:
+    """Each trained run (or ensemble) of the request, loaded: their configs are known before any of them
+    translates, so that settings that leave no single answer (`runs_eval_section`) are refused first."""
     if not request.runs:
         return []
-    if sources is None or request.sources is None:
+    if sources is None:
         raise UserError("a trained run translates the sources: give the source file")
     from ...decoding.loader import load_runs
     from ...model.device import resolve_device
 
     device = resolve_device("auto", "the device")
-    loaded = [load_runs(paths, device) for paths, _ in request.runs]
-    runs_eval_section([runs.configs[0] for runs in loaded], given)
+    return [load_runs(paths, device) for paths, _ in request.runs]
+
+
+def translate_runs(
+    request: Request, loaded: Sequence[Runs], sources: list[str] | None
+) -> list[TranslatedRun]:
+    """Each trained run of the request (`loaded`) as a system: its translation of the sources, kept as
+    `hypotheses_path`."""
     return [
         translate_run(
             runs,
