@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from helpers import start_server
 
@@ -24,7 +25,7 @@ from seq2seq_attn.model.seq2seq import Seq2Seq
 from seq2seq_attn.serving import turns
 from seq2seq_attn.serving.app import create_app
 from seq2seq_attn.serving.hosting import ModelSpec, host_models
-from seq2seq_attn.serving.limits import BatchLimits, ConnectionLimits, Limits
+from seq2seq_attn.serving.limits import BatchLimits, ConnectionLimits, Limits, Refusal
 from seq2seq_attn.serving.turns import Turns
 
 LOCAL = "http://localhost"
@@ -102,30 +103,44 @@ def test_a_long_search_takes_turns_with_a_short_one(tiny_run_dir: Path, steps: l
     assert len(heavy) == 4 and all(found.candidates for found in heavy)
 
 
-def test_a_client_that_leaves_has_its_lines_dropped_and_its_search_stopped(
-    tiny_run_dir: Path, steps: list[int]
-) -> None:
-    hosted = host_models([ModelSpec(100, [str(tiny_run_dir)], SLOW)], limits=BatchLimits(max_sentences=4))
-    app = create_app(hosted)
-    body = json.dumps({"sentences": [LONG] * 17}).encode()  # within the default limits
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each teacher-forced batch of the model (a scoring's), in order, as its number of pairs; a batch
+    takes 10 ms more than it would, so that a scoring of many batches can be overtaken or left."""
+    recorded: list[int] = []
+    forward = Seq2Seq.forward
+
+    def slower(self, src, *args, **kwargs):
+        recorded.append(src.size(0))
+        time.sleep(0.01)
+        return forward(self, src, *args, **kwargs)
+
+    monkeypatch.setattr(Seq2Seq, "forward", slower)
+    return recorded
+
+
+def leave_once_started(app: FastAPI, path: str, body: dict, started: list) -> list[dict]:
+    """Post `body` to `path` of `app` and leave (the client disconnects) once `started` is not empty; what
+    the app sent."""
+    raw = json.dumps(body).encode()
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/translate",
-        "raw_path": b"/v1/translate",
+        "path": path,
+        "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
-        "headers": [(b"host", b"localhost"), (b"content-length", str(len(body)).encode())],
+        "headers": [(b"host", b"localhost"), (b"content-length", str(len(raw)).encode())],
         "client": ("127.0.0.1", 50000),
         "server": ("127.0.0.1", 5000),
     }
 
-    async def leave_after_the_first_step() -> list[dict]:
+    async def leave() -> list[dict]:
         left = asyncio.Event()
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        messages = [{"type": "http.request", "body": raw, "more_body": False}]
         sent: list[dict] = []
 
         async def receive() -> dict:
@@ -138,18 +153,64 @@ def test_a_client_that_leaves_has_its_lines_dropped_and_its_search_stopped(
             sent.append(message)
 
         handled = asyncio.ensure_future(app(scope, receive, send))
-        while not steps and not handled.done():
+        while not started and not handled.done():
             await asyncio.sleep(0.005)
         assert not handled.done(), sent
         left.set()
         await asyncio.wait_for(handled, 30)  # the handler does not wait for the search
         return sent
 
-    asyncio.run(leave_after_the_first_step())
+    return asyncio.run(leave())
+
+
+def test_a_client_that_leaves_has_its_lines_dropped_and_its_search_stopped(
+    tiny_run_dir: Path, steps: list[int]
+) -> None:
+    hosted = host_models([ModelSpec(100, [str(tiny_run_dir)], SLOW)], limits=BatchLimits(max_sentences=4))
+    request = {"sentences": [LONG] * 17}  # within the default limits
+    leave_once_started(create_app(hosted), "/v1/translate", request, steps)
     hosted[100].close()  # the search thread has ended
     # 17 lines make 5 batches of hundreds of steps each: the first stopped within a few steps, the
     # others never started
     assert 0 < len(steps) < 256
+
+
+def test_a_client_that_leaves_has_its_scoring_stopped_before_its_next_batch(
+    tiny_run_dir: Path, batches: list[int]
+) -> None:
+    hosted = host_models([ModelSpec(100, [str(tiny_run_dir)], {"batch_sentences": 1})])
+    pairs = {"sources": ["the cat sat on the mat"] * 40, "targets": ["le chat"] * 40}  # 40 batches
+    leave_once_started(create_app(hosted), "/v1/score", pairs, batches)
+    hosted[100].close()  # the scoring thread has ended
+    assert 0 < len(batches) < 10
+
+
+def test_a_long_scoring_takes_turns_with_a_short_search_and_a_stopping_server_stops_it(
+    tiny_run_dir: Path, batches: list[int], steps: list[int]
+) -> None:
+    hosted = host_models([ModelSpec(100, [str(tiny_run_dir)], {"batch_sentences": 1})])[100]
+    sources, targets = ["the cat sat on the mat"] * 40, ["le chat"] * 40
+
+    async def both() -> tuple:
+        scoring = asyncio.ensure_future(hosted.score(sources, targets))
+        while not batches:
+            await asyncio.sleep(0.005)
+        short = await hosted.translate(["the dog sat"])
+        short_done_after = len(batches)
+        scored = await scoring
+        stopped = asyncio.ensure_future(hosted.score(sources, targets))
+        while len(batches) == 40:
+            await asyncio.sleep(0.005)
+        hosted.stop(Refusal(503, "stopping"))
+        with pytest.raises(Refusal, match="stopping"):
+            await stopped
+        return short, short_done_after, scored, len(batches) - 40
+
+    short, short_done_after, scored, stopped_after = asyncio.run(both())
+    hosted.close()
+    assert short[0].candidates and short_done_after < 40  # answered between the scoring's batches
+    assert [s.log_prob for s in scored] == [s.log_prob for s in hosted.model.score(sources, targets)]
+    assert 0 < stopped_after < 40  # the second scoring stopped before its end
 
 
 def test_the_default_connection_cap_leaves_half_the_open_files_to_the_rest(

@@ -25,7 +25,7 @@ from torch import nn
 
 from ..model.device import decode_precision
 from ..vocab.batching import collate
-from .search import length_batches
+from .search import hook_between_steps, length_batches
 
 ATTENTION_BATCH = 32  # pairs per batch where attention is read (`by_source_length`)
 
@@ -78,11 +78,15 @@ def forced_pass(
     """Every pair forced through `model`, batch by batch as planned; per pair what was asked for. Sources
     must not be empty. The model runs in `precision` (`decode.precision`: bf16 autocast or TF32 products where
     it asks for them; log-probabilities in fp32); `done` is told the size of each finished batch (a progress
-    bar)."""
+    bar). Before each batch it calls the thread's `between_steps` hook, as a search does before each step (a
+    server's scoring takes turns there, or stops)."""
     device = torch.device(device)
     results: list[Forced] = [Forced(None, None)] * len(src_ids)
+    pause = hook_between_steps()
     with evaluating(model), torch.inference_mode():
         for batch_ids in batches:
+            if pause is not None:
+                pause()
             batch = collate(
                 [np.asarray(src_ids[i], dtype=np.int64) for i in batch_ids],
                 [np.asarray(tgt_ids[i], dtype=np.int64) for i in batch_ids],

@@ -44,9 +44,10 @@ then `step` per output token, and `index_select` on what they return. `Seq2Seq` 
 `Ensemble` (ensemble.py) and `Shortlisted` (shortlist.py) answer it, and so do their int8 search copies
 (int8.py: the same classes with int8 layers); tests/test_search.py checks all of them against it.
 
-Between steps: a search calls the hook that `between_steps` set for its thread, if any, before each step.
-A server's searches take turns there (serving/turns.py: the hook waits while another search computes)
-or stop (the hook raises, and the search ends with its exception): nothing else of the search changes.
+Between steps: a search calls the hook that `between_steps` set for its thread, if any, before each step
+(and a forced pass before each batch, forced.py). A server's searches take turns there (serving/turns.py:
+the hook waits while another search computes) or stop (the hook raises, and the search ends with its
+exception): nothing else of the search changes.
 
 Ensembles are searched by this same code: an `Ensemble` answers `encode`, `init_state` and `step` as one
 model does. When its models read different source vocabularies, the source tensor holds
@@ -95,6 +96,11 @@ def between_steps(hook: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         _between_steps.reset(token)
+
+
+def hook_between_steps() -> Callable[[], None] | None:
+    """The hook `between_steps` set for this thread (None: none)."""
+    return _between_steps.get()
 
 
 @runtime_checkable
@@ -256,7 +262,7 @@ def beam_search(
     beams = start(
         model, src, src_lengths, cfg.beam_size, max_lens, min_lens, forbidden, with_attention, penalised
     )
-    pause = _between_steps.get()
+    pause = hook_between_steps()
     step = 0
     while beams.alive:
         if pause is not None:

@@ -86,4 +86,4 @@ def stop(app: FastAPI, grace: float) -> None:
     app.state.stopping.set()
     loop = asyncio.get_running_loop()
     for model in app.state.hosted.values():
-        loop.call_later(max(0.0, grace - ANSWERING), model.batcher.stop, Refusal(503, STOPPING))
+        loop.call_later(max(0.0, grace - ANSWERING), model.stop, Refusal(503, STOPPING))

@@ -35,12 +35,14 @@ from ..api import Found, Model, load
 from ..config import DecodeConfig
 from ..config.loader import to_dict
 from ..console import warn
+from ..decoding.search import between_steps
 from ..errors import UserError
 from ..evaluation.models.likelihood import Score
 from .batching import MicroBatcher
 from .limits import BatchLimits, Refusal
+from .middleware import STOPPING
 from .threads import FreshThreads, in_own_thread
-from .turns import Turns
+from .turns import Cancelled, Turn, Turns
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
 SEARCH_THREADS = 16  # a model's searches at once: more than the lanes of any sentence length (batching.py)
@@ -127,6 +129,8 @@ class HostedModel:
         self.started_in = Path.cwd()  # where the paths it shows are relative to
         self.executor = FreshThreads(SEARCH_THREADS, f"model-{spec.id}")
         self.turns = Turns()
+        self._scoring: set[Turn] = set()  # the turns of the scorings running
+        self._stopped: Exception = Refusal(503, STOPPING)  # what a scoring stopped by `stop` answers
         mix = mix_int8 or model.decode.precision != "int8"
         self.batcher: MicroBatcher[Found] = MicroBatcher(
             self._search, self.executor, limits, mix, self.turns, self._width
@@ -150,13 +154,32 @@ class HostedModel:
         return await self.batcher.submit(lines, (n, attention))
 
     async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
-        """Forced decoding of each pair, in a search thread, in one turn (an ensemble refuses, as the API)."""
+        """Forced decoding of each pair, in a search thread, taking turns with the searches between its
+        batches (an ensemble refuses, as the API). Cancelled (its client left), it stops before its next
+        batch; a stopping server (`stop`) stops it and answers its error."""
+        turn = self.turns.turn()
+        self._scoring.add(turn)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, self._score, list(sources), list(targets))
+        try:
+            return await loop.run_in_executor(self.executor, self._score, turn, list(sources), list(targets))
+        except asyncio.CancelledError:
+            turn.cancel()
+            raise
+        except Cancelled:  # only `stop` cancels a scoring whose client waits
+            raise self._stopped from None
+        finally:
+            self._scoring.discard(turn)
 
-    def _score(self, sources: list[str], targets: list[str]) -> list[Score]:
-        with self.turns.turn():
+    def _score(self, turn: Turn, sources: list[str], targets: list[str]) -> list[Score]:
+        with turn, between_steps(turn.step):
             return self.model.score(sources, targets)
+
+    def stop(self, error: Exception) -> None:
+        """Answer every request in flight with `error` and stop its search or scoring (a server stopping)."""
+        self._stopped = error
+        self.batcher.stop(error)
+        for turn in self._scoring:
+            turn.cancel()
 
     def _search(self, lines: list[str], settings: Any) -> list[Found]:
         n, attention = settings
