@@ -122,6 +122,13 @@ def other_hidden_size(payload: dict, _: bytes) -> dict:
     return payload
 
 
+def diverged(payload: dict, _: bytes) -> dict:
+    """The weights of a run that diverged: one value of the third tensor NaN."""
+    name = list(payload["model"])[2]
+    payload["model"][name].view(-1)[0] = float("nan")
+    return payload
+
+
 def swap_vocab(tmp: Path, get: Fixture) -> Path:
     run = run_copy(tmp, get)
     shutil.rmtree(run / "vocab")
@@ -295,6 +302,12 @@ CASES = [
         lambda t, g: translate(t, replace_best(t, g, other_hidden_size)),
         "best.pt: checkpoint does not fit the model described by its config",
         "size mismatch",
+    ),
+    case(
+        "checkpoint-nan-weights",
+        lambda t, g: translate(t, replace_best(t, g, diverged)),
+        "best.pt: the weights hold NaN or infinite values (",
+        "take an earlier checkpoint",
     ),
     case(
         "checkpoint-without-config",

@@ -175,7 +175,21 @@ def rebuild(
         raise UserError(
             f"{file}: checkpoint does not fit the model described by its config ({first})"
         ) from None
+    if bad := non_finite(model):
+        raise UserError(
+            f"{file}: the weights hold NaN or infinite values ({bad}): the run diverged or the file was "
+            "damaged; take an earlier checkpoint"
+        )
     return model.to(device).eval(), vocab, config
+
+
+def non_finite(model: nn.Module) -> str | None:
+    """The name of the first of the model's tensors holding a NaN or an infinity (None: all finite).
+    Such weights would translate every sentence into garbage without a word of warning."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return name
+    return None
 
 
 def save_validated(
