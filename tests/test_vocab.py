@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_main, tiny_config
+from helpers import run_main, tiny_config, write_tiny_config
 
 from seq2seq_attn.config import Config
 from seq2seq_attn.config.constants import SPLITS
@@ -112,6 +112,17 @@ def test_vocab_is_retrained_only_when_settings_or_training_data_change(data_dir:
     assert back.fingerprint() == first.fingerprint()  # training is deterministic
     write_split(data_dir, "train", lines(data_dir, "train.src")[:200], lines(data_dir, "train.tgt")[:200])
     assert build_vocab(config).fingerprint() != first.fingerprint()
+
+
+def test_the_vocab_command_first_brings_the_prepared_data_up_to_the_config(tmp_path: Path) -> None:
+    config = write_tiny_config(tmp_path / "c.yaml", "r", data={"synthetic": {"train_size": 200}})
+    assert run_main("data", "prepare", str(config)).returncode == 0
+    train_src = tmp_path / "r" / "data" / "train.src"
+    assert len(train_src.read_text(encoding="utf-8").splitlines()) == 200
+    done = run_main("vocab", str(config), "--set", "data.synthetic.train_size=300", text=True)
+    assert done.returncode == 0, done.stderr
+    assert len(train_src.read_text(encoding="utf-8").splitlines()) == 300  # not the stale 200
+    assert "train.src" in done.stdout and " 300 " in done.stdout
 
 
 def test_cache_holds_exactly_the_direct_encoding_and_is_memory_mapped(data_dir: Path, monkeypatch) -> None:

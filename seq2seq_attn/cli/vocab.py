@@ -9,6 +9,7 @@ import typer
 
 from ..config import load_config
 from ..config.constants import SIDES, SPLITS
+from ..data.prepare import MANIFEST, prepare
 from ..vocab.cache import build_cache, cache_stats
 from ..vocab.pieces import build_vocab, vocab_dir
 from .config import CONFIG_ARG, SET, SET_OPTION
@@ -24,8 +25,12 @@ def vocab(
     force: bool = typer.Option(False, "--force", help="Retrain the vocabulary and re-encode every split."),
 ) -> None:
     """Train sentencepiece on <data_dir>/train.{src,tgt} (skipped when up to date) and encode every split
-    into <data_dir>/vocab/cache (skipped for files that did not change). Prints sizes and statistics."""
+    into <data_dir>/vocab/cache (skipped for files that did not change). Prints sizes and statistics. Data
+    that `data prepare` wrote is prepared again first when the config's data section or its inputs changed
+    since, as `train` does; files put there by other means (no manifest) are taken as they are."""
     cfg = load_config(config, overrides, SET)
+    if (cfg.data_dir / MANIFEST).is_file():
+        prepare(cfg)
     start = time.perf_counter()
     built = build_vocab(cfg, force=force)
     trained = time.perf_counter()
