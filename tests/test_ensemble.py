@@ -190,6 +190,14 @@ def test_translate_with_a_run_twice_prints_what_the_run_prints(tiny_run_dir, opt
     assert twice.stdout == alone.stdout and alone.stdout.count(b"\n") >= LINES.count(b"\n")
 
 
+def test_a_search_leaves_an_ensembles_models_in_eval_mode(tiny_run_dir):
+    """Threads search one loaded ensemble at once (a server): a search must not switch its models' mode
+    (dropout, and the gate tables a mode change drops) under the others."""
+    translator = load_translator([tiny_run_dir, tiny_run_dir])
+    translator.translate(["the cat sat on the mat"])
+    assert not any(module.training for module in translator.model.modules())
+
+
 def test_mixed_architectures_translate_on_the_command_line(runs):
     done = translate_cli("--beam", "2", models=[runs["luong"], runs["rnnsearch"], runs["rnnencdec"]])
     assert done.returncode == 0, done.stderr

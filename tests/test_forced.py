@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq_attn.decoding.forced import by_source_length, by_tokens, evaluating, forced_pass
+from seq2seq_attn.decoding.forced import by_source_length, by_tokens, forced_pass
+from seq2seq_attn.decoding.search import evaluating
 from seq2seq_attn.runs.run_folder import load_trained
 from seq2seq_attn.vocab.pieces import BOS_ID, EOS_ID
 

@@ -142,6 +142,8 @@ def test_lexical_shortlist_command_and_translate(tiny_run_dir: Path, tmp_path: P
     assert len(result.stdout.splitlines()) == 3 and result.stdout.splitlines()[1] == ""
     api = s2s.load(run, lexical_shortlist=True)  # the Python API asks for it as a decode key
     assert api.translate(source.read_text().splitlines()) == result.stdout.splitlines()
+    # threads search one model at once (a server): a search leaves every module in eval mode
+    assert not any(module.training for module in api._translator.model.modules())
     ensemble = [
         "translate",
         "--model",

@@ -65,6 +65,7 @@ class Ensemble(nn.Module):
         super().__init__()
         self.models = nn.ModuleList(models)
         self.attending = list(range(len(models)) if attending is None else attending)
+        self.eval()  # searched only: a search leaves an eval-mode model's mode alone (search.translate_ids)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> PerModel:
         """Each model's encoder output. src: (batch, src_len) ids that every model reads, with their

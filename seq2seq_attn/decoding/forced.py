@@ -8,15 +8,14 @@ log-probabilities (evaluation/models/likelihood.py), `seq2seq align` turns the a
 (shortlist_learning.py). Validation during training is not a reader: its dev loss goes through the
 training loss with training batching (training/validate.py).
 
-The pass runs the model in eval mode without gradients (`evaluating`), on batches its caller plans:
-`by_tokens` (longest pairs first, at most `decode.batch_tokens` padded pieces per batch, the search's
+The pass runs the model in eval mode without gradients (search.py's `evaluating`), on batches its caller
+plans: `by_tokens` (longest pairs first, at most `decode.batch_tokens` padded pieces per batch, the search's
 rule) or `by_source_length` (shortest sources first, a fixed number of pairs per batch).
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +24,7 @@ from torch import nn
 
 from ..model.device import decode_precision
 from ..vocab.batching import collate
-from .search import hook_between_steps, length_batches
+from .search import evaluating, hook_between_steps, length_batches
 
 ATTENTION_BATCH = 32  # pairs per batch where attention is read (`by_source_length`)
 
@@ -37,17 +36,6 @@ class Forced:
 
     log_probs: list[float] | None
     attention: np.ndarray | None
-
-
-@contextlib.contextmanager
-def evaluating(model: nn.Module) -> Iterator[nn.Module]:
-    """The model in eval mode (no dropout) for the `with` block, its mode restored afterwards."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield model
-    finally:
-        model.train(was_training)
 
 
 def by_tokens(lengths: Sequence[int], batch_tokens: int, batch_sentences: int = 0) -> list[list[int]]:

@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..config import DecodeConfig
 from ..model.device import decode_precision
@@ -562,10 +562,11 @@ def translate_ids(
 
     Sentences are sorted by length and cut into batches of at most `batch_tokens` padded source tokens
     (default `decode_cfg.batch_tokens`) and `decode_cfg.batch_sentences` sentences (0: any number), so
-    little work is spent on padding; the model is put in eval mode for the call and restored afterwards.
-    With `decode.cuda_graphs` (graphs.py) its steps are replayed from CUDA graphs captured during the
-    call. With bf16 (`decode.precision`) the model runs under autocast and the scores are still summed in
-    fp32.
+    little work is spent on padding. A model in training mode (validation) is put in eval mode for the
+    call and back afterwards; one in eval mode is left alone, so that threads may search it at once (a
+    server). With `decode.cuda_graphs` (graphs.py) its steps are replayed from CUDA graphs captured during
+    the call. With bf16 (`decode.precision`) the model runs under autocast and the scores are still summed
+    in fp32.
 
     other_src_ids: for an ensemble whose models read different source vocabularies, the same sentences
     as each further model reads them, one list like `src_ids` per model (`src_ids` being the first
@@ -580,18 +581,28 @@ def translate_ids(
     results: list[list[Hypothesis]] = [[] for _ in src_ids]
     graphed = uses_step_graphs(decode_cfg, model, device, len(src_ids))
     searcher = StepGraphs(model) if graphed else model  # graphs live for this call (graphs.py)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         for batch in length_batches(order, lengths, budget, most):
             src, src_lengths = pad_sources([[ids[i] for i in batch] for ids in readings], device, graphed)
             with decode_precision(decode_cfg.precision, device):
                 searched = search_with_retries(searcher, src, src_lengths, decode_cfg, with_attention)
             for i, hyps in zip(batch, searched, strict=True):
                 results[i] = hyps
-    finally:
-        model.train(was_training)
     return results
+
+
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """The model in eval mode (no dropout) for the `with` block: one in training mode (validation) is put
+    back afterwards; one in eval mode is left alone, so that threads may search or score it at once."""
+    if not model.training:
+        yield model
+        return
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train()
 
 
 def length_batches(order: list[int], lengths: list[int], budget: int, most: int) -> list[list[int]]:

@@ -56,6 +56,7 @@ class Shortlisted(nn.Module):
     def __init__(self, model: nn.Module, table: LexicalTable) -> None:
         super().__init__()
         self.model, self.table = model, table
+        self.eval()  # searched only: a search leaves an eval-mode model's mode alone (search.translate_ids)
 
     def encode(self, src: Tensor, src_lengths: Tensor) -> ShortlistedEncoding:
         """src (batch, src_len) ids ending in EOS, PAD after; src_lengths (batch,) EOS included."""

@@ -70,15 +70,15 @@ class RecurrentStack(nn.Module):
         self.dynamic_size = dynamic_size
         self.num_layers = num_layers
         self.dropout = dropout if num_layers > 1 else 0.0
-        self._gate_table: Tensor | None = None  # see `static_gates`
-        self._gate_table_key: tuple = ()
+        # see `static_gates`: (key, table), one attribute so that threads searching at once read a pair
+        self._gate_table: tuple[tuple, Tensor] | None = None
         self.int8_weights: list[LayerWeights] | None = None  # a search copy's (int8.quantized)
 
     def train(self, mode: bool = True) -> RecurrentStack:
         """Also forgets the gate table (`static_gates`) when the mode changes: weights that a training update
         replayed from a CUDA graph changed keep their version, so only the mode tells that they may have."""
         if mode != self.training:
-            self._gate_table, self._gate_table_key = None, ()
+            self._gate_table = None
         return super().train(mode)
 
     def run(
@@ -115,9 +115,10 @@ class RecurrentStack(nn.Module):
         weight, bias = self.rnn.weight_ih_l0, self.rnn.bias_ih_l0
         key = tuple((t.data_ptr(), t._version) for t in (embed.weight, weight, bias))
         key += (torch.is_autocast_enabled(ids.device.type),)
-        if key != self._gate_table_key:
-            self._gate_table, self._gate_table_key = self.project_static(embed.weight), key
-        return F.embedding(ids, self._gate_table)
+        cached = self._gate_table
+        if cached is None or cached[0] != key:
+            cached = self._gate_table = (key, self.project_static(embed.weight))
+        return F.embedding(ids, cached[1])
 
     def step_weights(self) -> list[LayerWeights]:
         """The matrices `step` needs, sliced once per sequence (a slice per step would cost a full-size

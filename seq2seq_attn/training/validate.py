@@ -16,8 +16,7 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..decoding.forced import evaluating
-from ..decoding.search import translate_ids
+from ..decoding.search import evaluating, translate_ids
 from ..evaluation.metrics.bleu import bleu_metric
 from ..io import read_lines
 from ..vocab.batching import collate
