@@ -31,7 +31,7 @@ from .errors import UserError
 from .evaluation.models.likelihood import Score, Scorer
 from .io import read_json
 from .model.summary import count_parameters
-from .runs.model_folder import REPORT_FILE
+from .runs.model_folder import REPORT_FILE, is_model_folder
 
 PathLike = str | Path
 
@@ -76,8 +76,9 @@ class Model:
 
     @property
     def decode(self) -> DecodeConfig:
-        """The search settings in use (the first run's `decode` section with `load`'s overrides)."""
-        return self._translator.cfg
+        """The search settings in use (the first run's `decode` section with `load`'s overrides): a copy,
+        since the settings change only through `load`, where they are checked."""
+        return dataclasses.replace(self._translator.cfg)
 
     @property
     def config(self) -> Config:
@@ -98,17 +99,25 @@ class Model:
     def bleu_by_length(self) -> list[dict[str, Any]] | None:
         """The BLEU-by-length report an exported model folder carries (`seq2seq export --report`): per
         system of the report, its label and its rows of all sentences (one per bucket); else None."""
-        report = self._runs.run_dirs[0] / REPORT_FILE
-        if not report.is_file():
+        folder = self._runs.run_dirs[0]
+        report = folder / REPORT_FILE
+        if not (is_model_folder(folder) and report.is_file()):
             return None
-        return [
-            {"label": system["label"], "rows": [r for r in system["rows"] if r.get("subset", "all") == "all"]}
-            for system in read_json(report)["systems"]
-        ]
+        try:
+            return [
+                {
+                    "label": system["label"],
+                    "rows": [r for r in system["rows"] if r.get("subset", "all") == "all"],
+                }
+                for system in read_json(report)["systems"]
+            ]
+        except (KeyError, TypeError, AttributeError):
+            raise UserError(f"{report}: not a report of `seq2seq eval --by-length`") from None
 
     def search(self, lines: Sequence[str], n: int = 1, attention: bool = False) -> list[Found]:
         """The n best candidates of each line, in order, and with `attention` the best one's attention:
         what `nbest` and `attention` answer, from one search of all the lines (a beam of at least n)."""
+        check_lines(lines, "lines")
         widest = max(n, self.decode.beam_size) if isinstance(n, int) else n  # a bad n fails the check
         try:
             cfg = override(self.decode, {"nbest": n, "beam_size": widest}, "decode.")
@@ -119,6 +128,7 @@ class Model:
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """The best translation of each line, in order (an empty line gives "")."""
+        check_lines(lines, "lines")
         return [found.texts[0] if found.texts else "" for found in self._translator.translate(lines)]
 
     def translate_one(self, line: str) -> str:
@@ -148,12 +158,14 @@ class Model:
     def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Forced decoding of each (source, target) pair: Score.log_prob, .pieces, .mean and
         .piece_log_probs (None for an empty source), as `seq2seq score`."""
+        check_lines(sources, "sources")
+        check_lines(targets, "targets")
         return self._one_scorer().score(sources, targets)
 
     def perplexity(self, sources: Sequence[str], targets: Sequence[str]) -> dict[str, Any]:
         """The corpus perplexity of the pairs, overall and by source length (`seq2seq score --report`)."""
-        scorer = self._one_scorer()
-        return scorer.perplexity(sources, scorer.score(sources, targets))
+        scores = self.score(sources, targets)
+        return self._one_scorer().perplexity(sources, scores)
 
     def _one_scorer(self) -> Scorer:
         if self._scorer is None:
@@ -162,6 +174,12 @@ class Model:
 
     def _with(self, cfg: DecodeConfig, with_attention: bool = False) -> Translator:
         return self._translator.with_settings(cfg, with_attention)
+
+
+def check_lines(lines: Sequence[str], name: str) -> None:
+    """A list of sentences, not one string (which would be read as one sentence per character)."""
+    if isinstance(lines, (str, bytes)):
+        raise UserError(f"{name}: a list of sentences, not one string (translate_one takes one sentence)")
 
 
 def load(
@@ -180,8 +198,8 @@ def load(
     from .model.device import resolve_device
 
     if threads is not None:
-        if threads < 1:
-            raise UserError(f"threads must be at least 1, got {threads}")
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise UserError(f"threads must be a whole number of at least 1, got {threads!r}")
         torch.set_num_threads(threads)
     paths = [model] if isinstance(model, (str, Path)) else list(model)
     runs = load_runs(paths, resolve_device(device, "device"))

@@ -113,8 +113,9 @@ def test_threads_and_bad_input_raise_user_errors(tiny_run_dir: Path, tmp_path: P
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
-    with pytest.raises(UserError, match="threads must be at least 1"):
-        s2s.load(tiny_run_dir, threads=0)
+    for threads in (0, "2", 2.5, True):
+        with pytest.raises(UserError, match="threads must be a whole number of at least 1"):
+            s2s.load(tiny_run_dir, threads=threads)
     with pytest.raises(UserError, match=str(tmp_path / "missing")):
         s2s.load(tmp_path / "missing")
     with pytest.raises(UserError, match="decode.beam"):
@@ -128,6 +129,52 @@ def test_threads_and_bad_input_raise_user_errors(tiny_run_dir: Path, tmp_path: P
     (other / "vocab" / "tgt.model").write_bytes((other / "vocab" / "src.model").read_bytes())
     with pytest.raises(UserError, match="different vocabulary"):
         s2s.load(other)
+
+
+def test_a_string_where_a_list_of_sentences_is_due_is_refused(model: s2s.Model) -> None:
+    """A string is a sequence of characters: taken as it is, it was one sentence per character."""
+    for call in (model.translate, model.search, lambda lines: model.nbest(lines, 2)):
+        with pytest.raises(UserError, match="^lines: a list of sentences, not one string"):
+            call("the cat sat")
+    with pytest.raises(UserError, match="^sources: a list of sentences"):
+        model.score("the cat", ["le chat"])
+    with pytest.raises(UserError, match="^targets: a list of sentences"):
+        model.perplexity(["the cat"], "le chat")
+
+
+def test_the_settings_shown_are_a_copy(model: s2s.Model) -> None:
+    shown = model.decode
+    shown.beam_size = 0  # changing the copy changes nothing: settings are checked where they are made
+    assert model.decode.beam_size == 3 and model.translate(LINES[:1])[0]
+
+
+def test_a_dictionary_given_to_load_turns_unk_replacement_on_as_on_the_command_line(
+    tiny_run_dir: Path, tmp_path: Path
+) -> None:
+    dictionary = tmp_path / "dict.tsv"
+    dictionary.write_text("cat\tchat\n", encoding="utf-8")
+    assert s2s.load(tiny_run_dir, unk_dictionary=str(dictionary)).decode.replace_unk
+    assert not s2s.load(tiny_run_dir, unk_dictionary=str(dictionary), replace_unk=False).decode.replace_unk
+    with pytest.raises(UserError, match=str(tmp_path / "missing.tsv")):
+        s2s.load(tiny_run_dir, unk_dictionary=str(tmp_path / "missing.tsv"))
+
+
+def test_a_run_folders_own_report_is_not_its_bleu_by_length(tiny_run_dir: Path, tmp_path: Path) -> None:
+    """Only an exported folder carries a report (`export --report`); a run folder's files stay its own."""
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    (run / "by_length.json").write_text('{"note": "my own file"}', encoding="utf-8")
+    assert s2s.load(run).bleu_by_length is None
+
+
+def test_a_damaged_lexical_shortlist_is_one_line_naming_it(tiny_run_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run)
+    (run / "lexical_shortlist.npz").write_bytes(b"not a table")
+    with pytest.raises(
+        UserError, match=f"^{run / 'lexical_shortlist.npz'}: not a readable lexical shortlist"
+    ):
+        s2s.load(run, lexical_shortlist=True)
 
 
 def readme_example() -> str:

@@ -29,6 +29,7 @@ from helpers import (
 from safetensors.torch import load_file
 
 import seq2seq_attn as s2s
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.runs import export as exporting
 from seq2seq_attn.runs import model_folder
 from seq2seq_attn.runs.average import average_checkpoints
@@ -413,6 +414,9 @@ def test_a_hub_model_brings_its_report_and_training_record(
     assert loaded.bleu_by_length == s2s.load(folder).bleu_by_length is not None
     assert (tmp_path / "snapshot" / "provenance.json").is_file()
     assert not (tmp_path / "snapshot" / "README.md").exists()  # the card is not needed to load
+    (folder / "by_length.json").write_text("[]", encoding="utf-8")  # damaged: one line naming it
+    with pytest.raises(UserError, match=f"^{folder / 'by_length.json'}: not a report of `seq2seq eval"):
+        s2s.load(folder).bleu_by_length  # noqa: B018
 
 
 @pytest.mark.slow(seconds=5)

@@ -92,11 +92,8 @@ def translate_command(
     from ..decoding.translate import translate_file
     from ..model.device import resolve_device
 
-    given = dict(overrides or {})
-    if given["unk_dictionary"] and given["replace_unk"] is None:
-        given["replace_unk"] = True  # a dictionary is for UNK replacement
     target = resolve_device(device.value, "--device")
-    translator = load_translator(model, target, given, average=average)
+    translator = load_translator(model, target, overrides, average=average)
 
     each = None
     if attention is not None:

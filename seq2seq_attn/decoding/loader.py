@@ -52,9 +52,12 @@ class Runs:
 
     def translator(self, decode: Mapping[str, Any] | None = None) -> Translator:
         """A Translator searching with the first run's `decode` section, changed by the values of `decode`
-        (decode key -> value) that are not None, each checked as a config value. When the runs' source
+        (decode key -> value) that are not None, each checked as a config value; an `unk_dictionary`
+        given turns `replace_unk` on unless that is given too. When the runs' source
         vocabularies differ, each model reads the source through its own."""
         changes = dict(decode or {})
+        if changes.get("unk_dictionary") and changes.get("replace_unk") is None:
+            changes["replace_unk"] = True  # a dictionary given is for UNK replacement
         known = {field.name for field in dataclasses.fields(DecodeConfig)}
         unknown = sorted(changes.keys() - known)
         if unknown:

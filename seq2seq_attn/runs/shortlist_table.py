@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,9 +94,14 @@ def load_table(
         raise UserError(
             f"{missing}: no lexical shortlist; build it with `seq2seq lexical-shortlist {run_dir}`"
         )
-    with np.load(path) as stored:
-        recorded = {name: str(stored[name]) for name in ("checkpoint", "weights") if name in stored.files}
-        table = LexicalTable(stored["candidates"], stored["frequent"], **recorded)
+    try:
+        with np.load(path) as stored:
+            recorded = {name: str(stored[name]) for name in ("checkpoint", "weights") if name in stored.files}
+            table = LexicalTable(stored["candidates"], stored["frequent"], **recorded)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        raise UserError(
+            f"{path}: not a readable lexical shortlist ({' '.join(str(err).split())[:120]}); build it again"
+        ) from None
     if table.candidates.shape[0] != vocab.src_size or table.candidates.max(initial=-1) >= vocab.tgt_size:
         raise UserError(f"{path}: built for another vocabulary than {run_dir}'s; build it again")
     if table.weights != weights:
