@@ -244,6 +244,15 @@ def test_tied_embeddings_share_one_matrix(decoder):
     assert tied(src, lengths, tgt_in).shape == (3, 6, VOCAB)
 
 
+@pytest.mark.parametrize("decoder", ["rnnsearch", "luong-feed"])
+def test_the_last_state_context_is_the_encoders_last_state_in_every_decoder(decoder):
+    """`fixed_context: last_state`: c = h_T itself, no projection V (a decoder ignoring it learned one)."""
+    model = tiny_model("gru-bi-1", "none", decoder, fixed_context="last_state")
+    assert model.decoder.attention.summary_proj is None
+    annotations, final = torch.randn(2, 5, 8), torch.randn(2, 8)
+    assert model.decoder.attention.prepare(annotations, final)[1] is final
+
+
 @pytest.mark.parametrize(
     ("changes", "key"),
     [

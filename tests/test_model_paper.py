@@ -78,21 +78,23 @@ def test_every_shipped_config_builds(path):
     assert model.decoder.output.out_features == cfg.vocab.size
 
 
-def test_paper_initialisation():
+@pytest.mark.parametrize("coverage", ["none", "linguistic", "neural"])
+def test_paper_initialisation(coverage):
     """Appendix A.2: orthogonal recurrent matrices per gate, W_a / U_a ~ N(0, 0.001^2), v_a = 0, biases 0,
-    every other weight ~ N(0, 0.01^2); the padding embedding is 0."""
+    every other weight ~ N(0, 0.01^2); the padding embedding is 0. A coverage model's alike (Tu et al.)."""
     sizes = {"src_embed_dim": 40, "tgt_embed_dim": 40, "hidden_size": 32, "decoder_hidden_size": 32}
-    cfg = tiny_config(model={**sizes, "attention_dim": 48, "maxout_dim": 24, "init": "paper"}).model
+    more = {"coverage": coverage, "coverage_dim": 32}
+    cfg = tiny_config(model={**sizes, **more, "attention_dim": 48, "maxout_dim": 24, "init": "paper"}).model
     torch.manual_seed(0)
     model = build_model(cfg, 300, 300)
     for name, param in model.named_parameters():
-        if "weight_hh" in name:
+        if "weight_hh" in name or "coverage_gates.weight" in name:
             for block in param.detach().split(32):
                 torch.testing.assert_close(block @ block.T, torch.eye(32), atol=1e-5, rtol=0)
         elif "bias" in name or name.endswith(".v"):
             assert torch.all(param == 0), name
         else:
-            expected = 0.001 if ".attention." in name else 0.01
+            expected = 0.001 if ".attention.key_proj" in name or ".attention.query_proj" in name else 0.01
             assert param.std().item() == pytest.approx(expected, rel=0.15), name
     for embed in (model.encoder.embed, model.decoder.embed):
         assert torch.all(embed.weight[0] == 0)

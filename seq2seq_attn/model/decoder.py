@@ -226,7 +226,7 @@ class LuongDecoder(nn.Module):
         self.input_feeding = cfg.input_feeding
         feed = hid if cfg.input_feeding else 0
         self.embed = nn.Embedding(vocab_size, emb, padding_idx=PAD_ID)
-        self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim)
+        self.attention = Attention(cfg.attention, hid, annotation_size, cfg.attention_dim, cfg.fixed_context)
         self.init = InitialState(cfg, annotation_size, feed_size=feed)
         self.rnn = RecurrentStack(cfg.cell, emb, feed, hid, cfg.decoder_layers, cfg.dropout_hidden)
         self.combine = nn.Linear(annotation_size + hid, hid)  # W_c

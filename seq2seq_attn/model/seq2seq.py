@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..errors import UserError
 from .attention import ADDITIVE, Attention
+from .coverage import Coverage
 from .cross_entropy import summed_cross_entropy
 from .decoder import DECODERS
 from .device import attention_dtype
@@ -155,7 +156,9 @@ def check_model_config(cfg: ModelConfig) -> None:
 def init_paper_(model: Seq2Seq) -> None:
     """Bahdanau et al. 2014, Appendix A.2 (B.1 in later versions): recurrent matrices random orthogonal (one
     per gate); the alignment model's W_a and U_a ~ N(0, 0.001^2) and v_a = 0; biases 0; every other weight
-    matrix (embeddings included) ~ N(0, 0.01^2). Applied the same way to the Luong family."""
+    matrix (embeddings included) ~ N(0, 0.01^2). Applied the same way to the Luong family and to the
+    neural coverage's GRU (Tu et al. 2016: its recurrent matrix orthogonal per gate, its alpha weights
+    as every other input weight)."""
     for module in model.modules():
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, std=0.01)
@@ -178,3 +181,7 @@ def init_paper_(model: Seq2Seq) -> None:
             if module.kind in ADDITIVE:
                 nn.init.normal_(module.query_proj.weight, std=0.001)  # W_a
                 nn.init.zeros_(module.v)  # v_a
+        if isinstance(module, Coverage) and module.kind == "neural":
+            nn.init.normal_(module.weight_gates, std=0.01)  # a plain parameter: the pass above skips it
+            for block in module.coverage_gates.weight.split(module.size):  # (size, size) per gate
+                nn.init.orthogonal_(block)
