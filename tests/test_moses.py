@@ -280,7 +280,9 @@ def test_dev_bleu_is_case_insensitive_for_a_lowercasing_model(fixture, request, 
     monkeypatch.setattr(validation, "bleu_metric", metric)
     torch.manual_seed(0)
     model = build_model(config.model, vocab.src_size, vocab.tgt_size)
-    found = validation.validate(model, config, vocab, torch.device("cpu"), bf16=False)
+    found = validation.validate(
+        model, validation.load_dev(config), config, vocab, torch.device("cpu"), bf16=False
+    )
     assert asked == [vocab.lowercases] and 0.0 <= found["bleu"] <= 100.0
     assert asked == [fixture == "task_vocab"]
 

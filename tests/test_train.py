@@ -366,6 +366,29 @@ def test_tensorboard_events_when_installed(workdir, monkeypatch):
     assert {key for key, _, _ in written} >= {"loss", "lr", "tokens_per_s", "valid_loss", "closed"}
 
 
+def test_a_data_folder_rewritten_during_a_run_does_not_change_what_it_validates_on(workdir: Path) -> None:
+    """Another process rewriting the shared data folder mid-run (`seq2seq vocab` with another size, new dev
+    references) must not score the running model on another vocabulary's ids or another dev set."""
+    from seq2seq_attn.model import build_model
+    from seq2seq_attn.training import validate as validate_module
+    from seq2seq_attn.vocab.cache import build_cache
+    from seq2seq_attn.vocab.pieces import build_vocab
+
+    config = load_config(workdir / "tiny.yaml", ["train.valid_bleu=true"])
+    vocab = build_vocab(config)
+    torch.manual_seed(0)
+    model = build_model(config.model, vocab.src_size, vocab.tgt_size)
+    dev = validate_module.load_dev(config)
+    before = validate_module.validate(model, dev, config, vocab, torch.device("cpu"), bf16=False)
+    other = load_config(workdir / "tiny.yaml", [f"vocab.size={config.vocab.size + 20}"])
+    build_cache(other, build_vocab(other))  # the folder's vocabulary and cache replaced
+    (config.data_dir / "valid.tgt").write_text("autre chose\n" * len(dev.src), encoding="utf-8")
+    after = validate_module.validate(model, dev, config, vocab, torch.device("cpu"), bf16=False)
+    assert after == before
+    now = validate_module.load_dev(config)
+    assert now.references != dev.references and [a.tolist() for a in now.src] != [a.tolist() for a in dev.src]
+
+
 def test_validation_forces_eos_instead_of_retrying(trained_run: Path, monkeypatch: pytest.MonkeyPatch):
     """Dev BLEU searches at train.valid_beam with EOS forced at the maximum length, even under the authors'
     retry rule: an early model would otherwise search most long sentences again with ever wider beams."""
@@ -379,6 +402,7 @@ def test_validation_forces_eos_instead_of_retrying(trained_run: Path, monkeypatc
     monkeypatch.setattr(
         validate_module, "translate_ids", lambda m, s, cfg, d: searched.append(cfg) or real(m, s, cfg, d)
     )
-    result = validate_module.validate(model, config, vocab, torch.device("cpu"), bf16=False)
+    dev = validate_module.load_dev(config)
+    result = validate_module.validate(model, dev, config, vocab, torch.device("cpu"), bf16=False)
     assert [(cfg.at_max_len, cfg.beam_size, cfg.nbest) for cfg in searched] == [("force_eos", 2, 1)]
     assert result["bleu"] >= 0.0 and result["ppl"] > 1.0

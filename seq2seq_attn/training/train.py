@@ -51,7 +51,7 @@ from .log import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .optim import Schedule, build_optimizer
 from .state import Progress, gather_rank_states, restore, resume_point, seed_everything, training_state
 from .step import Update
-from .validate import validate
+from .validate import load_dev, validate
 
 
 def train(config: Config, resume: bool = False, stop_after: int | None = None) -> Path:
@@ -200,6 +200,7 @@ class _Loop:
         )
         self.update = CapturedUpdate(update) if self.graphs else update
         self.window = Window(self.device, self.cfg.clip_norm, self.progress.bad_run)  # since the last log
+        self.dev = load_dev(self.config) if self.ranks.is_main else None  # rank 0 validates
         self.started = time.monotonic()
 
     # -- main loop --------------------------------------------------------------------------------------
@@ -337,7 +338,7 @@ class _Loop:
 
     def _validate_main(self, rank_states: dict[str, list]) -> None:
         cfg, progress = self.cfg, self.progress
-        result = validate(self.model, self.config, self.vocab, self.device, self.bf16)
+        result = validate(self.model, self.dev, self.config, self.vocab, self.device, self.bf16)
         self.log({f"valid_{k}": v for k, v in result.items()})
         entered, dropped = progress.validated(result, cfg.ranking_metric, cfg.keep_best)
         self.schedule.validated(result[cfg.ranking_metric])
