@@ -163,13 +163,22 @@ def read_json(path: str | Path) -> Any:
         raise UserError(f"{path}: not valid JSON ({err})") from None
 
 
-def open_binary(path: str | Path) -> IO[bytes]:
-    """Open a file for reading bytes, transparently un-gzipping `.gz` files."""
+def check_readable(path: str | Path) -> Path:
+    """`path`, after checking it names a file this process may read, without opening it (opening a named
+    pipe to check it would take its writer's data, or end the writer)."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: file not found")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, expected a file")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"{path}: not readable (permission denied)")
+    return path
+
+
+def open_binary(path: str | Path) -> IO[bytes]:
+    """Open a file for reading bytes, transparently un-gzipping `.gz` files."""
+    path = check_readable(path)
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")  # noqa: SIM115
 
 

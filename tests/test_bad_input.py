@@ -11,6 +11,7 @@ not a number, an unknown option) follow the same contract. A few cases, one per 
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 from collections.abc import Callable
@@ -340,6 +341,18 @@ CASES = [
         "translate-input-missing",
         lambda t, g: translate(t, g("tiny_run_dir"), source=t / "gone.txt"),
         "gone.txt: file not found",
+    ),
+    case(
+        "translate-input-gz-cut-short",
+        lambda t, g: translate(
+            t, g("tiny_run_dir"), source=write(t / "in.gz", gzip.compress(b"a b\n" * 50)[:-8])
+        ),
+        "in.gz: cannot read (",
+    ),
+    case(
+        "translate-input-gz-not-gzip",
+        lambda t, g: translate(t, g("tiny_run_dir"), source=write(t / "in.gz", "the cat sat\n")),
+        "in.gz: cannot read (",
     ),
     case(
         "translate-output-folder-missing",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -261,6 +262,33 @@ def test_stdin_to_stdout_round_trip(tiny_run_dir):
     lines = done.stdout.decode("utf-8").split("\n")
     assert lines[-1] == "" and len(lines[:-1]) == 5
     assert lines[1] == lines[2] == "" and all(lines[i] for i in (0, 3, 4))
+
+
+@pytest.mark.slow
+def test_a_named_pipe_as_input_is_read_once_by_the_translation(tiny_run_dir, tmp_path):
+    """`-i FIFO` (a shell's `<(...)`): checking the input must not open it, which would take the writer's
+    lines or end it by SIGPIPE and leave the translation waiting for a writer for ever."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"printf 'the cat sat\\n\\nthe dog\\n' > {fifo}"])
+    command = [
+        sys.executable,
+        "-m",
+        "seq2seq_attn",
+        "translate",
+        "--model",
+        str(tiny_run_dir),
+        "-i",
+        str(fifo),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=120)
+    finally:
+        writer.kill()
+    assert done.returncode == 0, done.stderr.decode()
+    assert writer.wait() == 0  # not ended by SIGPIPE
+    lines = done.stdout.decode("utf-8").split("\n")
+    assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[2]
 
 
 def test_bf16_precision_keeps_the_line_contract(tiny_run_dir):

@@ -12,7 +12,7 @@ import typer
 from ..config import load_config
 from ..console import info
 from ..errors import UserError
-from ..io import open_binary, read_json
+from ..io import check_readable, read_json
 from .config import CONFIG_ARG, SET, SET_OPTION
 
 if TYPE_CHECKING:
@@ -108,6 +108,6 @@ def read_evaluation(report: Path, plot: Path | None) -> Evaluation:
     if plot is not None:
         if plot.suffix.lower() not in FIGURE_SUFFIXES:
             raise UserError(f"{plot}: a model card shows {', '.join(FIGURE_SUFFIXES)} images")
-        open_binary(plot).close()  # a missing figure fails here, before the export
+        check_readable(plot)  # a missing figure fails here, before the export
     labels = [system["label"] for system in found["systems"]]
     return Evaluation(report, render(found, "markdown"), labels, plot)

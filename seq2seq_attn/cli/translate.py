@@ -18,7 +18,7 @@ import typer
 from ..config import DecodeConfig
 from ..console import info
 from ..errors import UserError
-from ..io import check_writable, open_binary
+from ..io import check_readable, check_writable
 from .options import Device, Flag, config_options, device_option, models_option
 
 SEARCH, SPEED, OUTPUT = "Search", "Speed", "Output"  # the panels of `translate --help`
@@ -85,7 +85,7 @@ def translate_command(
     if average < 0:
         raise UserError(f"--average must be >= 0, got {average}")
     if input_path != "-":
-        open_binary(input_path).close()  # a missing input or output folder fails before loading the model
+        check_readable(input_path)  # a missing input or output folder fails before loading the model
     if output_path != "-":
         check_writable(output_path)
     from ..decoding.loader import load_translator

@@ -56,10 +56,14 @@ _BREAKING = {"Cc", "Zl", "Zp"}  # control characters, line and paragraph separat
 
 
 def decode_lines(handle: BinaryIO) -> Iterator[str]:
-    """Lines of a byte stream split on "\\n" only, decoded as UTF-8 with invalid bytes replaced."""
-    for raw in handle:
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
-        yield raw.decode("utf-8", errors="replace")
+    """Lines of a byte stream split on "\\n" only, decoded as UTF-8 with invalid bytes replaced. A read
+    that fails (a truncated or corrupt .gz) is one line naming the stream's file."""
+    try:
+        for raw in handle:
+            raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+            yield raw.decode("utf-8", errors="replace")
+    except (OSError, EOFError) as err:  # EOFError: a .gz cut short (click would take it for Ctrl-D)
+        raise UserError(f"{getattr(handle, 'name', 'the input')}: cannot read ({err})") from None
 
 
 def clean(text: str) -> str:
