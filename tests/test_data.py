@@ -550,6 +550,20 @@ def test_a_huggingface_dataset_in_a_local_folder_is_prepared_again_when_its_file
     assert prepared_pairs(tmp_path / "out", "train")[-1] == ("a new line", "a new line")
 
 
+def test_a_local_csv_dataset_whose_column_reads_as_numbers_is_prepared_as_their_text(tmp_path):
+    """The real `datasets` code on a local folder of CSV files (streamed, as by default): a split whose
+    target column holds only digits reads as numbers, which are its text."""
+    pytest.importorskip("datasets")
+    folder = tmp_path / "csv"
+    folder.mkdir()
+    for split, rows in (("train", "the cat,le chat\na dog,un chien\n"), ("validation", "five,5\nsix,6\n")):
+        (folder / f"{split}.csv").write_text("src,tgt\n" + rows, encoding="utf-8")
+    (folder / "test.csv").write_text("src,tgt\nyes,oui\n", encoding="utf-8")
+    hf = {"name": str(folder), "config": "", "translation_field": "", "src_field": "src", "tgt_field": "tgt"}
+    prepare(load_config(write_config(tmp_path, {"source": "huggingface", "huggingface": hf})))
+    assert prepared_pairs(tmp_path / "out", "valid") == [("five", "5"), ("six", "6")]
+
+
 @pytest.mark.parametrize(
     ("hf", "message"),
     [

@@ -36,8 +36,16 @@ def test_the_seed_decides_the_grouping_and_the_same_seed_gives_the_same_set():
 def test_bad_settings_are_user_errors():
     with pytest.raises(UserError, match="N must be >= 2"):
         join_pairs(SOURCES, REFERENCES, most=1, max_words=100, seed=1)
-    with pytest.raises(UserError, match="41 source lines but 40 reference lines"):
+    with pytest.raises(UserError, match="^the sources has 41 lines but the references has 40: they must"):
         join_pairs(SOURCES, REFERENCES[:40], most=3, max_words=100, seed=1)
+
+
+def test_files_of_different_lengths_are_one_line_naming_both(tmp_path: Path):
+    src, ref = tmp_path / "test.en", tmp_path / "test.fr"
+    src.write_text("a\nb\nc\n", encoding="utf-8")
+    ref.write_text("a\nb\n", encoding="utf-8")
+    args = ["data", "long-inputs", "--src", str(src), "--ref", str(ref), "-o", str(tmp_path / "long")]
+    assert_one_line_error(run_main(*args), f"{src} has 3 lines but {ref} has 2: they must be line-aligned")
 
 
 def test_the_command_writes_the_set_and_its_manifest(tmp_path: Path):

@@ -34,13 +34,22 @@ class LongInputs:
 
 
 def join_pairs(
-    sources: Sequence[str], references: Sequence[str], most: int, max_words: int, seed: int
+    sources: Sequence[str],
+    references: Sequence[str],
+    most: int,
+    max_words: int,
+    seed: int,
+    names: tuple[str, str] = ("the sources", "the references"),
 ) -> LongInputs:
-    """Consecutive pairs joined as the module docstring says; a last group of one pair is left out."""
+    """Consecutive pairs joined as the module docstring says; a last group of one pair is left out.
+    `names`: what errors call the sources and the references (their files)."""
     if most < 2:
         raise UserError(f"long inputs join 2 to N sentences: N must be >= 2, got {most}")
     if len(sources) != len(references):
-        raise UserError(f"{len(sources)} source lines but {len(references)} reference lines")
+        raise UserError(
+            f"{names[0]} has {len(sources)} lines but {names[1]} has {len(references)}: "
+            "they must be line-aligned"
+        )
     rng = random.Random(seed)
     groups: list[list[int]] = []
     start = 0
@@ -66,7 +75,9 @@ def write_long_inputs(
     src: Path, ref: Path, folder: Path, most: int = 8, max_words: int = 200, seed: int = 1
 ) -> LongInputs:
     """Join `src` and `ref` (line-aligned test files) and write the set and its manifest into `folder`."""
-    built = join_pairs(list(read_lines(src)), list(read_lines(ref)), most, max_words, seed)
+    built = join_pairs(
+        list(read_lines(src)), list(read_lines(ref)), most, max_words, seed, (str(src), str(ref))
+    )
     if not built.groups:
         raise UserError(f"{src}: fewer than two lines, nothing to join")
     folder.mkdir(parents=True, exist_ok=True)
