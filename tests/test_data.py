@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import subprocess
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,9 @@ import yaml
 from helpers import run_main
 
 from seq2seq_attn.config import load_config, to_dict
+from seq2seq_attn.data.clean import plain_line, without_breaks
 from seq2seq_attn.data.prepare import MANIFEST, OUTPUTS, prepare
+from seq2seq_attn.data.sources import source_as_read
 from seq2seq_attn.data.synthetic import generate_split
 from seq2seq_attn.errors import UserError
 
@@ -137,7 +140,9 @@ def test_cleaning_rules_count_exactly(tmp_path, clean, kept, normalized, dropped
     }
     assert counts["read"] - counts["kept"] == sum(dropped.values())
     squash = clean.get("normalize_whitespace", True)
-    expected = [tuple(" ".join(s.split()) if squash else s for s in MESSY[i - 1]) for i in kept]
+    expected = [
+        tuple(" ".join(s.split()) if squash else without_breaks(s) for s in MESSY[i - 1]) for i in kept
+    ]
     assert prepared_pairs(tmp_path / "out", "train") == expected
 
 
@@ -205,6 +210,31 @@ def test_hold_out_is_deterministic_disjoint_and_recorded(tmp_path):
     reseeded.mkdir()
     prepare(load_config(held_out_config(reseeded, valid=5, test=7, seed=2)))
     assert prepared_pairs(reseeded / "out", "test") != splits["test"]
+
+
+@pytest.mark.parametrize(
+    ("tokenize", "spell"),
+    [
+        ("none", lambda i: unicodedata.normalize("NFD", f"café numéro {i}")),  # NFKC makes it NFC's
+        ("moses", lambda i: f"sentence number {i}."),  # Moses splits the full stop off
+        ("task", lambda i: f"Sentence Number {i} ."),  # lowercased too
+    ],
+)
+def test_a_source_spelt_otherwise_but_read_alike_by_the_model_is_not_left_in_train(tmp_path, tokenize, spell):
+    base = {"none": "café numéro {}", "moses": "sentence number {} .", "task": "sentence number {} ."}[
+        tokenize
+    ]
+    pairs = [(base.format(i), f"phrase {i}") for i in range(30)] + [
+        (spell(i), f"autre {i}") for i in range(30)
+    ]
+    config = load_config(
+        held_out_config(tmp_path, valid=4, test=4, pairs=pairs), [f"data.tokenize={tokenize}"]
+    )
+    prepare(config)
+    reading = source_as_read(config.data)
+    held = {reading(src) for split in ("valid", "test") for src, _ in prepared_pairs(tmp_path / "out", split)}
+    training = [reading(src) for src, _ in prepared_pairs(tmp_path / "out", "train")]
+    assert len(held) == 8 and not held & set(training) and len(training) == 60 - 16
 
 
 def test_given_split_files_win_over_hold_out(tmp_path):
@@ -548,6 +578,26 @@ def test_a_huggingface_dataset_in_a_local_folder_is_prepared_again_when_its_file
     (folder / "train.jsonl").write_text("the cat\na new line\n", encoding="utf-8")
     assert prepare(config).redone
     assert prepared_pairs(tmp_path / "out", "train")[-1] == ("a new line", "a new line")
+
+
+def test_every_split_is_prepared_as_translate_and_score_read_a_line(tmp_path):
+    """Control characters and line separators: spaces, in every split, as `translate` reads its input
+    (sentencepiece and Moses would delete some and keep others: "the\\x01cat" trained as one word)."""
+    nasty = {
+        "train": [("the\x01cat sat", "le\x1bchat"), ("a\x7f dog", "un\x00chien")],
+        "valid": [("good\u2028day", "bonne\x85journée")],
+        "test": [("thank\x0byou", "mer\x0cci")],
+    }
+    prepare(load_config(local_config(tmp_path, nasty, clean={"max_ratio": 0})))
+    expected = {  # train also cleaned (its white space normalised), valid and test as given
+        "train": [("the cat sat", "le chat"), ("a dog", "un chien")],
+        "valid": [("good day", "bonne journée")],
+        "test": [("thank you", "mer ci")],
+    }
+    for split, pairs in nasty.items():
+        assert prepared_pairs(tmp_path / "out", split) == expected[split]
+        if split != "train":  # the same text, spaces at the ends aside
+            assert expected[split] == [(plain_line(s), plain_line(t)) for s, t in pairs]
 
 
 def test_a_local_csv_dataset_whose_column_reads_as_numbers_is_prepared_as_their_text(tmp_path):

@@ -111,7 +111,8 @@ class LocalConfig:
     hold_out: HoldOutConfig = section(
         HoldOutConfig,
         "For a split whose files are not given: how many training pairs to hold out for it. Training "
-        "pairs whose source sentence is also a held-out source are removed (counted in the manifest).",
+        "pairs whose source sentence is also a held-out source, as the model reads it (tokenised as "
+        "data.tokenize says, NFKC, white space normalised), are removed (counted in the manifest).",
     )
 
 

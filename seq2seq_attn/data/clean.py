@@ -10,11 +10,28 @@ the unit Bahdanau et al. counted; without it the same limit keeps somewhat longe
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 
 from ..config import CleanConfig
 
 Pair = tuple[str, str]
 DROP_RULES = ("drop_empty", "max_words", "max_ratio", "dedup")
+BREAKING = {"Cc", "Zl", "Zp"}  # control characters, line and paragraph separators
+
+
+def without_breaks(text: str) -> str:
+    """`text` with control characters (tab, NUL, ...) and line and paragraph separators turned into
+    spaces: what the model reads of a line, in every prepared split (cleaning counts the white space it
+    then normalises) and in every line translated or scored (`plain_line`), so that training and use see
+    one text (sentencepiece and Moses would delete some of these characters and keep others)."""
+    if text.isprintable():
+        return text
+    return "".join(" " if unicodedata.category(c) in BREAKING else c for c in text)
+
+
+def plain_line(text: str) -> str:
+    """A line as translation and scoring read it: `without_breaks`, stripped."""
+    return without_breaks(text).strip()
 
 
 class Cleaner:

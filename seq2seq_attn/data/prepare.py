@@ -36,11 +36,11 @@ from ..console import progress
 from ..errors import UserError
 from ..io import atomic_write, exclusive, sha256_file, sha256_text, write_json
 from . import moses
-from .clean import Cleaner
+from .clean import Cleaner, without_breaks
 from .sources import Pair, Source, open_source
 
 MANIFEST = "manifest.json"
-FORMAT = 1  # bump when the output of the same inputs changes
+FORMAT = 2  # bump when the output of the same inputs changes
 OUTPUTS = tuple(f"{split}.{side}" for split in SPLITS for side in SIDES)
 
 
@@ -74,7 +74,8 @@ def write_prepared(config: Config, source: Source, fingerprint: str) -> dict[str
                 pending.enter_context(atomic_write(data_dir / f"{split}.{side}")) for side in SIDES
             )
             cleaner = Cleaner(config.data.clean) if split in config.data.clean.splits else None
-            pairs = progress(source.read(split), desc=f"prepare {split}", unit=" pairs", unit_scale=True)
+            read = progress(source.read(split), desc=f"prepare {split}", unit=" pairs", unit_scale=True)
+            pairs: Iterable[Pair] = ((without_breaks(src), without_breaks(tgt)) for src, tgt in read)
             tokenized = split == TOKENIZED_SPLIT and config.data.tokenize != "none"
             if tokenized:
                 pairs = moses_pairs(pairs, config.data)

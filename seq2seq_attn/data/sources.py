@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
+import unicodedata
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -21,7 +22,8 @@ from ..config import DataConfig, HuggingFaceConfig, LocalConfig, SplitFiles, to_
 from ..config.constants import SPLITS
 from ..errors import UserError
 from ..io import LineEnds, read_lines
-from . import multi30k
+from . import moses, multi30k
+from .clean import without_breaks
 from .synthetic import generate_split
 
 Pair = tuple[str, str]
@@ -63,7 +65,8 @@ def _local_source(data: DataConfig) -> Source:
     }
     _check_every_split(files, held)
     found: dict[str, dict[str, Any]] = {}
-    hold_out = HoldOut(files["train"], held, local.hold_out.seed, found) if held else None
+    reading = source_as_read(data) if held else None
+    hold_out = HoldOut(files["train"], held, local.hold_out.seed, found, reading) if held else None
 
     def read(split: str) -> Iterator[Pair]:
         if hold_out is not None and (split == "train" or split in held):
@@ -148,16 +151,24 @@ def read_tsv(path: Path, cleaned: LineEnds | None = None) -> Iterator[Pair]:
 class HoldOut:
     """Dev and test sets drawn at random out of the training files (`data.local.hold_out`).
 
-    A first pass reads the training pairs and keeps an 8-byte digest of each source sentence (white
-    space normalised). Then `seed` draws line numbers, skipping pairs with an empty side and sources
-    already drawn, so no source sentence is held out twice. Reading "train" afterwards skips the drawn
-    lines and every other line whose digest is a held-out source's (the digests of the first pass, not
-    computed again): no dev or test source is also a training source. Reading a held-out split yields
-    its pairs in file order.
+    A first pass reads the training pairs and keeps an 8-byte digest of each source sentence as the model
+    reads it (`source_as_read`: tokenised as `data.tokenize` says, NFKC-normalised as sentencepiece does,
+    white space normalised), so that two spellings the model cannot tell apart count as one sentence.
+    Then `seed` draws line numbers, skipping pairs with an empty side and sources already drawn, so no
+    source sentence is held out twice. Reading "train" afterwards skips the drawn lines and every other
+    line whose digest is a held-out source's (the digests of the first pass, not computed again): no dev
+    or test source is also a training source. Reading a held-out split yields its pairs in file order.
     """
 
-    def __init__(self, train: tuple[Path, ...], sizes: dict[str, int], seed: int, found: dict) -> None:
-        self.train, self.sizes, self.seed, self.found = train, sizes, seed, found
+    def __init__(
+        self,
+        train: tuple[Path, ...],
+        sizes: dict[str, int],
+        seed: int,
+        found: dict,
+        reading: Callable[[str], str],
+    ) -> None:
+        self.train, self.sizes, self.seed, self.found, self.reading = train, sizes, seed, found, reading
         self._lines: dict[str, set[int]] | None = None  # split -> drawn line numbers (0-based)
         self._digests = array("Q")  # each training line's source digest (EMPTY: a side is empty)
         self._sources: set[int] = set()  # digests of the held-out sources
@@ -185,7 +196,8 @@ class HoldOut:
     def _draw(self) -> dict[str, set[int]]:
         if self._lines is not None:
             return self._lines
-        digests = self._digests = array("Q", (_source_digest(pair) for pair in read_files(self.train, {})))
+        pairs = read_files(self.train, {})
+        digests = self._digests = array("Q", (_source_digest(pair, self.reading) for pair in pairs))
         wanted = sum(self.sizes.values())
         eligible = len(set(digests) - {EMPTY})
         if wanted >= eligible:
@@ -210,12 +222,25 @@ class HoldOut:
 EMPTY = 0  # the digest of a pair with an empty side: never held out
 
 
-def _source_digest(pair: Pair) -> int:
+def _source_digest(pair: Pair, reading: Callable[[str], str]) -> int:
     src, tgt = pair
     if not src.strip() or not tgt.strip():
         return EMPTY
-    digest = hashlib.blake2b(" ".join(src.split()).encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(reading(src).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") or 1
+
+
+def source_as_read(data: DataConfig) -> Callable[[str], str]:
+    """A source sentence as the model reads it: its breaking characters spaces (`without_breaks`), through
+    `data.tokenize`'s Moses processing, NFKC-normalised (sentencepiece's default), white space normalised."""
+    pipeline = None if data.tokenize == "none" else moses.text_pipeline(data.tokenize, data.src_lang)
+
+    def reading(text: str) -> str:
+        text = without_breaks(text)
+        text = pipeline.line(text) if pipeline else text
+        return " ".join(unicodedata.normalize("NFKC", text).split())
+
+    return reading
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ The contract is one output line per input line, in input order, whatever bytes c
 - a line is what ends in "\\n" (a last line without it counts too); a trailing "\\r" is dropped;
 - bytes are decoded as UTF-8, invalid sequences become U+FFFD;
 - control characters (NUL, tab, ...) and Unicode line / paragraph separators become spaces, in the input
-  (so they never reach the model) and in the output (so they can never split a line downstream);
+  (so they never reach the model, as in the prepared training data: data/clean.py's `plain_line`) and in
+  the output (so they can never split a line downstream);
 - empty or whitespace-only lines give empty output lines without running the model;
 - a source longer than `decode.max_src_tokens` pieces is cut to that many, and
   only that part is translated: search time and memory grow with the source length (attention reads every
@@ -33,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
-import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +44,7 @@ import torch
 
 from ..config import DecodeConfig
 from ..console import progress
+from ..data.clean import plain_line
 from ..errors import UserError
 from ..io import atomic_write, open_binary, read_lines
 from ..model.attention import compiled_in_this_thread
@@ -52,7 +53,6 @@ from .search import Hypothesis, translate_ids
 
 CHUNK_LINES = 1000  # lines translated together when reading a file or a pipe (1 on a terminal)
 EOS_PIECE = "</s>"
-_BREAKING = {"Cc", "Zl", "Zp"}  # control characters, line and paragraph separators
 
 
 def decode_lines(handle: BinaryIO) -> Iterator[str]:
@@ -64,13 +64,6 @@ def decode_lines(handle: BinaryIO) -> Iterator[str]:
             yield raw.decode("utf-8", errors="replace")
     except (OSError, EOFError) as err:  # EOFError: a .gz cut short (click would take it for Ctrl-D)
         raise UserError(f"{getattr(handle, 'name', 'the input')}: cannot read ({err})") from None
-
-
-def clean(text: str) -> str:
-    """`text` with control characters and line separators turned into spaces, stripped."""
-    if not text.isprintable():
-        text = "".join(" " if unicodedata.category(c) in _BREAKING else c for c in text)
-    return text.strip()
 
 
 def load_dictionary(path: str | Path) -> dict[str, str]:
@@ -144,7 +137,7 @@ class Translator:
             ]
 
     def _translate_chunk(self, lines: Sequence[str]) -> list[Translation]:
-        texts = [clean(line) for line in lines]
+        texts = [plain_line(line) for line in lines]
         todo = [i for i, text in enumerate(texts) if text]
         readings = [self.source_ids(vocab, [texts[i] for i in todo]) for vocab in self.source_vocabs]
         kept = [n for n, ids in enumerate(readings[0]) if ids]  # (a line can normalise to nothing)
@@ -191,7 +184,7 @@ class Translator:
         """A hypothesis as output text: its pieces decoded and detokenised, each <unk> replaced when
         `decode.replace_unk` asks for it."""
         if not (self.cfg.replace_unk and UNK_ID in hyp.tokens):
-            return clean(self.vocab.decode_tgt(hyp.tokens))
+            return plain_line(self.vocab.decode_tgt(hyp.tokens))
         words = piece_words(src_pieces)
         parts, start = [], 0
         for position, token in enumerate(hyp.tokens):
@@ -202,7 +195,7 @@ class Translator:
                 parts.append(self.dictionary.get(word, word))
                 start = position + 1
         parts.append(self.vocab.tgt_text(hyp.tokens[start:]))
-        return clean(self.vocab.detokenize(" ".join(part for part in parts if part)))
+        return plain_line(self.vocab.detokenize(" ".join(part for part in parts if part)))
 
     def attention(self, translation: Translation) -> tuple[np.ndarray, list[str], list[str]] | None:
         """The best hypothesis' attention (target pieces, source pieces), with the source and target

@@ -32,9 +32,9 @@ from torch import nn
 
 from ...config import Config, DecodeConfig, EvalConfig
 from ...console import progress
+from ...data.clean import plain_line
 from ...decoding.forced import by_tokens, forced_pass
 from ...decoding.search import length_penalty
-from ...decoding.translate import clean
 from ...errors import UserError
 from ...io import read_lines
 from ...vocab.pieces import Vocab
@@ -104,7 +104,7 @@ class Scorer:
         """One Score per pair, in order (see the module docstring for empty and long lines)."""
         if len(sources) != len(targets):
             raise UserError(f"{len(sources)} source lines but {len(targets)} target lines: one target each")
-        src_texts, tgt_texts = [clean(line) for line in sources], [clean(line) for line in targets]
+        src_texts, tgt_texts = [plain_line(line) for line in sources], [plain_line(line) for line in targets]
         todo = [i for i, text in enumerate(src_texts) if text]
         src_ids = self.vocab.encode_src([src_texts[i] for i in todo]) if todo else []
         tgt_ids = self.vocab.encode_tgt([tgt_texts[i] for i in todo]) if todo else []
