@@ -124,6 +124,20 @@ def test_moses_bleu_is_bleu_of_moses_tokens_without_smoothing():
     assert f",all,{row['bleu_moses']}," in render(report, "csv").splitlines()[1]
 
 
+def test_moses_bleu_counts_an_unknown_word_as_one_word():
+    """A word model writes <unk>; multi-bleu.perl on the authors' output counted UNK as one word. Moses
+    would split "<unk>" into "< unk >": three unmatched words, lower precisions, a longer hypothesis."""
+    reference, hypothesis = "le chat mange une pomme rouge .", "le chat mange une <unk> rouge ."
+    paper_words = TokenisedBleu("bleu_moses", moses.Pipeline("fr"))
+    report = evaluate(
+        [System("s", [hypothesis])], [reference], config=EvalConfig(bootstrap=0), tokenised=[paper_words]
+    )
+    # 7 words against 7: n-gram matches 6/7, 4/6, 2/5, 1/4, BP 1
+    assert report["systems"][0]["rows"][0]["bleu_moses"] == pytest.approx(
+        100 * math.exp(sum(map(math.log, [6 / 7, 4 / 6, 2 / 5, 1 / 4])) / 4)
+    )
+
+
 def test_a_subset_scores_its_own_outputs_where_a_system_has_them():
     references = ["a b c d", "e f g h", "i j k l"]
     first, second = ["a b c d", "x x x x", "i j k l"], ["a b c d", "e f g h", "i j k l"]

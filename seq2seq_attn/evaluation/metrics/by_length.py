@@ -40,6 +40,7 @@ from sacrebleu.metrics.base import Score
 from ...config import EvalConfig
 from ...data import moses
 from ...errors import UserError, setting
+from ...vocab.pieces import UNK_SURFACE
 from .bleu import bleu_metric, chrf_metric, tokenised_bleu
 from .bootstrap import (
     ALPHA,
@@ -133,10 +134,15 @@ class Scorers:
             self.metrics[spec.scorer] = tokenised_bleu(words)
 
     def stats(self, hypotheses: Sequence[str]) -> dict[str, np.ndarray]:
-        """Per-sentence sufficient statistics of each metric, (sentences, k) each."""
+        """Per-sentence sufficient statistics of each metric, (sentences, k) each. A tokenised BLEU keeps
+        a word model's <unk> one word, as multi-bleu.perl counted the authors' UNK (Moses would make it
+        three)."""
         return {
             name: sentence_stats(
-                metric, self.tokenised[name].words(hypotheses) if name in self.tokenised else hypotheses
+                metric,
+                self.tokenised[name].words(hypotheses, keep=(UNK_SURFACE,))
+                if name in self.tokenised
+                else hypotheses,
             )
             for name, metric in self.metrics.items()
         }
