@@ -95,6 +95,7 @@ EXPECTED_OPTIONS = {
         "--allow-unk --no-unk",
         "--allowed-host",
         "--alpha",
+        "--answer-timeout",
         "--at-max-len",
         "--batch-sentences",
         "--batch-tokens",

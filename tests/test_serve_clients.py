@@ -6,6 +6,7 @@ closed and open ones capped, and SIGTERM answers every request within its grace 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import resource
 import signal
@@ -269,6 +270,51 @@ def test_silent_slow_and_idle_connections_are_closed_and_open_ones_capped(tiny_r
         assert body_of(late) == {"error": "the body did not arrive within 2 s", "status": "error"}
         assert b'"status":"ok"' in until_closed(idle)  # answered, then closed once idle
         assert httpx.get(f"{url}/v1/health", timeout=30).status_code == 200  # and it serves on
+    finally:
+        server.kill()
+        server.wait()
+
+
+def never_reading(url: str) -> socket.socket:
+    """A connection that pipelines requests for big answers (the OpenAPI schema) and reads none of them."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    host, port = url.removeprefix("http://").split(":")
+    sock.connect((host, int(port)))
+    sock.setblocking(False)
+    with contextlib.suppress(BlockingIOError):  # until the server stops reading them
+        sock.send(b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 2000)
+    return sock
+
+
+@pytest.mark.slow(seconds=10)
+def test_a_client_that_never_reads_its_answers_loses_its_connection_and_its_place(tiny_run_dir: Path) -> None:
+    options = [
+        "--max-connections",
+        "2",
+        "--answer-timeout",
+        "2",
+        "--keep-alive",
+        "30",
+        "--header-timeout",
+        "30",
+    ]
+    server, url = start_server("--model", str(tiny_run_dir), *options)
+    try:
+        readers = [never_reading(url) for _ in range(2)]
+        assert until_closed(connect(url)).startswith(b"HTTP/1.1 503 ")  # they hold the two places
+        deadline, answered = time.monotonic() + 20, None
+        while time.monotonic() < deadline:
+            try:
+                answered = httpx.get(f"{url}/v1/health", timeout=5).status_code
+            except httpx.TransportError:
+                answered = None
+            if answered == 200:
+                break
+            time.sleep(0.5)
+        assert answered == 200  # the two readers were dropped, a client reading its answers is served
+        for sock in readers:
+            sock.close()
     finally:
         server.kill()
         server.wait()

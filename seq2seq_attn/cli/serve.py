@@ -124,6 +124,9 @@ def serve_command(
     ),
     body_timeout: float = _seconds(CONNECTED.body_timeout, "--body-timeout", "Seconds its body may take."),
     keep_alive: float = _seconds(CONNECTED.keep_alive, "--keep-alive", "Seconds an idle connection stays."),
+    answer_timeout: float = _seconds(
+        CONNECTED.answer_timeout, "--answer-timeout", "Seconds an answer may wait for its client to read it."
+    ),
     max_connections: int = _limit(
         CONNECTED.max_connections, "--max-connections", "Open at once; more get 503.", 1, CONNECTIONS
     ),
@@ -149,7 +152,9 @@ def serve_command(
     limits = Limits(
         max_body_bytes, max_sentences, max_chars, max_nbest, max_request_chars, max_attention_chars
     )
-    connections = ConnectionLimits(header_timeout, body_timeout, keep_alive, max_connections, grace)
+    connections = ConnectionLimits(
+        header_timeout, body_timeout, keep_alive, max_connections, grace, answer_timeout
+    )
     hosts, warning = allowed_hosts(host, allowed_host or [])
     if warning:
         warn(warning)

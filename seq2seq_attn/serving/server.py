@@ -10,6 +10,9 @@ guards uvicorn lacks.
   application's (serving/middleware.py's `BodyGuard`).
 - At most `max_connections` are open: one more is answered 503 as soon as it opens and closed (uvicorn's
   own limit answers only once a request has arrived, so it keeps silent connections open).
+- An answer that waits `answer_timeout` seconds for its client to read on (the send buffer full, or a
+  closing connection with bytes unsent) is dropped with its connection: a client that never reads would
+  otherwise hold the connection, and its place under `max_connections`, for ever.
 - SIGTERM or Ctrl-C: the server stops accepting, closes the connections that wait between requests or
   have not finished their headers, answers the bodies still arriving 503, and gives the searches in
   flight the `grace` period (serving/app.py's `stop`): every request gets its translation or a JSON 503
@@ -64,6 +67,7 @@ class GuardedProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.limits = limits
         self.headers_due: Any = None  # the timer that closes the connection if the headers are late
+        self.answer_due: Any = None  # the timer that drops the connection if its answer is not read
 
     def connection_made(self, transport: Any) -> None:  # type: ignore[override]
         if len(self.connections) >= self.limits.max_connections:
@@ -79,7 +83,25 @@ class GuardedProtocol(H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_timer()
+        self._cancel_answer_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        """The send buffer is full: the client is not reading as fast as it is answered."""
+        super().pause_writing()
+        self._await_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel_answer_timer()
+
+    def timeout_keep_alive_handler(self) -> None:
+        super().timeout_keep_alive_handler()
+        self._bound_unsent()
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._bound_unsent()
 
     def handle_events(self) -> None:
         cycle = self.cycle
@@ -90,6 +112,7 @@ class GuardedProtocol(H11Protocol):
     def on_response_complete(self) -> None:
         self._await_headers()  # the next request's (first: an answer may start a pipelined request at once)
         super().on_response_complete()
+        self._bound_unsent()
 
     def _await_headers(self) -> None:
         self._cancel_timer()
@@ -108,6 +131,21 @@ class GuardedProtocol(H11Protocol):
         if begun:
             self.transport.write(raw_response("408 Request Timeout"))
         self.transport.close()
+        self._bound_unsent()
+
+    def _bound_unsent(self) -> None:
+        """A closing connection waits for its unsent bytes to go: as long as `answer_timeout`, no longer."""
+        if self.transport.is_closing() and self.transport.get_write_buffer_size():
+            self._await_reading()
+
+    def _await_reading(self) -> None:
+        if self.answer_due is None:
+            self.answer_due = self.loop.call_later(self.limits.answer_timeout, self.transport.abort)
+
+    def _cancel_answer_timer(self) -> None:
+        if self.answer_due is not None:
+            self.answer_due.cancel()
+            self.answer_due = None
 
 
 class GracefulServer(uvicorn.Server):
