@@ -79,6 +79,9 @@ def test_a_request_over_the_default_work_limits_is_refused_before_any_search(tin
         assert onmt.status_code == 413 and "128000 characters" in onmt.json()["error"]
         scored = client.post("/v1/score", json={"sources": [longest] * 6, "targets": [longest] * 6})
         assert scored.status_code == 413 and "24000 characters" in scored.json()["error"]
+        ligatures = "\ufdfa" * 1000  # 1,000 characters that the model reads as 18,000
+        scored = client.post("/v1/score", json={"sources": ["a"], "targets": [ligatures]})
+        assert scored.status_code == 413 and "targets[0]: 18000 characters" in scored.json()["error"]
         assert client.post("/v1/translate", json={"sentences": [longest] * 8}).status_code == 200
     assert sum(searched, []) == [longest] * 8  # only the request within the limits reached the model
 
@@ -214,6 +217,36 @@ def test_a_long_scoring_takes_turns_with_a_short_search_and_a_stopping_server_st
     assert 0 < stopped_after < 40  # the second scoring stopped before its end
 
 
+def test_a_stopping_server_answers_a_scoring_at_once_in_the_middle_of_its_batch(
+    tiny_run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 503 goes out when `stop` says so, not when the teacher-forced batch in progress ends."""
+    hosted = host_models([ModelSpec(100, [str(tiny_run_dir)])])[100]
+    entered, release = threading.Event(), threading.Event()
+    forward = Seq2Seq.forward
+
+    def held(self, *args, **kwargs):
+        entered.set()
+        release.wait(30)
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(Seq2Seq, "forward", held)
+
+    async def stop_mid_batch() -> None:
+        scoring = asyncio.ensure_future(hosted.score(["the cat sat"], ["le chat"]))
+        while not entered.is_set():
+            await asyncio.sleep(0.005)
+        hosted.stop(Refusal(503, "the server is stopping"))
+        with pytest.raises(Refusal, match="the server is stopping"):
+            await asyncio.wait_for(scoring, 5)
+
+    try:
+        asyncio.run(stop_mid_batch())
+    finally:
+        release.set()
+        hosted.close()
+
+
 def test_the_default_connection_cap_leaves_half_the_open_files_to_the_rest(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -269,6 +302,11 @@ def test_silent_slow_and_idle_connections_are_closed_and_open_ones_capped(tiny_r
         assert late.startswith(b"HTTP/1.1 408 ") and b"connection: close" in late.lower()
         assert body_of(late) == {"error": "the body did not arrive within 2 s", "status": "error"}
         assert b'"status":"ok"' in until_closed(idle)  # answered, then closed once idle
+        malformed = connect(url)  # refused as every request is: JSON, then closed
+        malformed.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n")
+        refused = until_closed(malformed)
+        assert refused.startswith(b"HTTP/1.1 400 ")
+        assert body_of(refused) == {"error": "invalid HTTP request", "status": "error"}
         assert httpx.get(f"{url}/v1/health", timeout=30).status_code == 200  # and it serves on
     finally:
         server.kill()

@@ -42,7 +42,7 @@ from .batching import MicroBatcher
 from .limits import BatchLimits, Refusal
 from .middleware import STOPPING
 from .threads import FreshThreads, in_own_thread
-from .turns import Cancelled, Turn, Turns
+from .turns import Turn, Turns
 
 DEFAULT_ID = 100  # the id OpenNMT-py's examples send
 SEARCH_THREADS = 16  # a model's searches at once: more than the lanes of any sentence length (batching.py)
@@ -129,7 +129,7 @@ class HostedModel:
         self.started_in = Path.cwd()  # where the paths it shows are relative to
         self.executor = FreshThreads(SEARCH_THREADS, f"model-{spec.id}")
         self.turns = Turns()
-        self._scoring: set[Turn] = set()  # the turns of the scorings running
+        self._scoring: dict[Turn, asyncio.Future] = {}  # the scorings running: their turns and answers
         self._stopped: Exception = Refusal(503, STOPPING)  # what a scoring stopped by `stop` answers
         mix = mix_int8 or model.decode.precision != "int8"
         self.batcher: MicroBatcher[Found] = MicroBatcher(
@@ -156,19 +156,20 @@ class HostedModel:
     async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Forced decoding of each pair, in a search thread, taking turns with the searches between its
         batches (an ensemble refuses, as the API). Cancelled (its client left), it stops before its next
-        batch; a stopping server (`stop`) stops it and answers its error."""
+        batch; a stopping server (`stop`) answers its error at once and stops it before its next batch."""
         turn = self.turns.turn()
-        self._scoring.add(turn)
         loop = asyncio.get_running_loop()
+        work = loop.run_in_executor(self.executor, self._score, turn, list(sources), list(targets))
+        self._scoring[turn] = work
         try:
-            return await loop.run_in_executor(self.executor, self._score, turn, list(sources), list(targets))
+            return await work
         except asyncio.CancelledError:
-            turn.cancel()
+            if turn.cancelled:  # `stop` cancelled it
+                raise self._stopped from None
+            turn.cancel()  # its client left
             raise
-        except Cancelled:  # only `stop` cancels a scoring whose client waits
-            raise self._stopped from None
         finally:
-            self._scoring.discard(turn)
+            del self._scoring[turn]
 
     def _score(self, turn: Turn, sources: list[str], targets: list[str]) -> list[Score]:
         with turn, between_steps(turn.step):
@@ -178,8 +179,9 @@ class HostedModel:
         """Answer every request in flight with `error` and stop its search or scoring (a server stopping)."""
         self._stopped = error
         self.batcher.stop(error)
-        for turn in self._scoring:
+        for turn, work in self._scoring.items():
             turn.cancel()
+            work.cancel()
 
     def _search(self, lines: list[str], settings: Any) -> list[Found]:
         n, attention = settings

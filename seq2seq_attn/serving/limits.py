@@ -5,6 +5,7 @@ or torch to import); and the checks that refuse a request over them."""
 from __future__ import annotations
 
 import resource
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -14,7 +15,8 @@ class Limits:
     """What one request may ask for; each refused with a 413 and a one-line reason. A request's work
     grows with its sentences, their lengths and its n-best (a wider beam), and an attention answer with
     the square of each sentence's length (a weight per source piece per target piece): `max_request_chars`
-    and `max_attention_chars` bound both, whatever the sentences' number and lengths."""
+    and `max_attention_chars` bound both, whatever the sentences' number and lengths. Characters are
+    counted as the model reads them (`characters`)."""
 
     max_body_bytes: int = 1 << 20
     max_sentences: int = 64
@@ -62,13 +64,19 @@ class Refusal(Exception):
         self.status = status
 
 
+def characters(sentence: str) -> int:
+    """A sentence's characters as the model reads them: after sentencepiece's NFKC normalisation, which
+    makes some characters many (U+FDFA is 18), so that no spelling gets past the limits on the work."""
+    return max(len(sentence), len(unicodedata.normalize("NFKC", sentence)))
+
+
 def check_sentences(limits: Limits, sentences: Sequence[str], what: str = "sentences") -> None:
     """Refuse (413) more sentences than `limits` allow, or a sentence longer than they allow."""
     if len(sentences) > limits.max_sentences:
         raise Refusal(413, f"{len(sentences)} {what}: at most {limits.max_sentences} per request")
     for n, sentence in enumerate(sentences):
-        if len(sentence) > limits.max_chars:
-            raise Refusal(413, f"{what}[{n}]: {len(sentence)} characters, at most {limits.max_chars}")
+        if (count := characters(sentence)) > limits.max_chars:
+            raise Refusal(413, f"{what}[{n}]: {count} characters, at most {limits.max_chars}")
 
 
 def check_nbest(limits: Limits, n: int) -> None:
@@ -78,7 +86,7 @@ def check_nbest(limits: Limits, n: int) -> None:
 
 def check_work(limits: Limits, sentences: Sequence[str], nbest: int = 1, attention: bool = False) -> None:
     """Refuse (413) a request whose work or attention answer is over `limits` (see `Limits`)."""
-    chars = sum(map(len, sentences))
+    chars = sum(map(characters, sentences))
     if chars * nbest > limits.max_request_chars:
         raise Refusal(
             413, f"{chars} characters x nbest {nbest}: at most {limits.max_request_chars} per request"

@@ -123,6 +123,12 @@ class GuardedProtocol(H11Protocol):
             self.headers_due.cancel()
             self.headers_due = None
 
+    def send_400_response(self, msg: str) -> None:
+        """A request uvicorn cannot parse (bad framing, a bad Content-Length, no Host, ...) is refused as
+        every other: `{"error", "status"}` JSON, and the connection closed."""
+        self.transport.write(raw_response("400 Bad Request", "invalid HTTP request"))
+        self.transport.close()
+
     def _headers_late(self) -> None:
         self.headers_due = None
         if self.transport.is_closing():
