@@ -487,6 +487,29 @@ def test_short_lines_are_not_batched_with_long_ones_and_a_batch_is_bounded() -> 
         assert len(batch) * max(lengths) <= BatchLimits().max_chars  # beam 1 here
 
 
+def test_requests_of_other_settings_do_not_queue_a_short_request_behind_them() -> None:
+    """The page asks for attention, OpenNMT-py clients for the model's n-best: each setting batches apart,
+    and their batches take turns instead of one setting's requests waiting for all the others'."""
+    started: list[object] = []
+
+    def search(lines: list[str], settings: object) -> list[str]:
+        started.append(settings)
+        time.sleep(0.02)
+        return lines
+
+    async def heavy_then_short() -> tuple:
+        heavy = [asyncio.ensure_future(batcher.submit(["a b c"] * 20, (n, False))) for n in (2, 3, 4)]
+        await asyncio.sleep(0.01)
+        short = await batcher.submit(["d"], (1, False))
+        return short, all(job.done() for job in heavy), await asyncio.gather(*heavy)
+
+    with ThreadPoolExecutor(4) as executor:
+        batcher = MicroBatcher(search, executor, BatchLimits(max_sentences=4, max_wait=0.005))
+        short, heavy_done_first, heavy = asyncio.run(heavy_then_short())
+    assert short == ["d"] and heavy == [["a b c"] * 20] * 3
+    assert not heavy_done_first and started.index((1, False)) < 4
+
+
 def test_unmixed_batches_hold_one_requests_lines() -> None:
     batches: list[list[str]] = []
 

@@ -8,10 +8,12 @@ behind it instead of making them wait for all of its sentences. A batch is start
 full, or `max_wait` seconds after its first sentence arrived.
 
 Lanes: a sentence waits in the lane of its length (up to 64 characters, then up to 4 times as many in
-each lane above: `lane`), and a batch takes sentences of one lane, so a short sentence's answer never
-waits for a sentence many times its length to be searched (a batch is answered when its last sentence
-ends). A batch's work is bounded: its sentences times its longest sentence's characters
-times the beam searched stay within `max_chars` (a long sentence at a wide beam may make a batch alone).
+each lane above: `lane`) and of its request's settings (n-best, attention), and a batch takes sentences
+of one lane, so a short sentence's answer never waits for a sentence many times its length to be
+searched (a batch is answered when its last sentence ends), nor for the requests of other settings,
+whose batches take turns with its own. A batch's work is bounded: its sentences times its longest
+sentence's characters times the beam searched stay within `max_chars` (a long sentence at a wide beam may
+make a batch alone).
 The search cuts a batch further by `decode.batch_tokens`, as it cuts a file's.
 
 Each lane searches one batch at a time, in a thread of the model's executor; the batches of the lanes
@@ -67,7 +69,7 @@ class _Job(Generic[Result]):
     settings: Hashable
     done: asyncio.Future
     results: dict[int, Result] = field(default_factory=dict)
-    waiting: dict[int, deque[int]] = field(default_factory=dict)  # lane -> its lines not yet in a batch
+    waiting: dict[Hashable, deque[int]] = field(default_factory=dict)  # (lane, settings) -> lines not batched
 
     @property
     def wanted(self) -> bool:
@@ -100,7 +102,7 @@ class MicroBatcher(Generic[Result]):
         self.turns, self.width = turns or Turns(), width
         self._queue: list[_Job[Result]] = []  # jobs with lines not yet in a batch, oldest first
         self._jobs: set[_Job[Result]] = set()  # every job not yet answered
-        self._lanes: dict[int, asyncio.Task] = {}  # the lanes searching, each one batch at a time
+        self._lanes: dict[Hashable, asyncio.Task] = {}  # the lanes searching, each one batch at a time
         self._running: set[_Batch[Result]] = set()
 
     async def submit(self, lines: Sequence[str], settings: Hashable) -> list[Result]:
@@ -110,12 +112,12 @@ class MicroBatcher(Generic[Result]):
             return []
         job: _Job[Result] = _Job(list(lines), settings, asyncio.get_running_loop().create_future())
         for i, line in enumerate(job.lines):
-            job.waiting.setdefault(lane(line), deque()).append(i)
+            job.waiting.setdefault((lane(line), settings), deque()).append(i)
         self._queue.append(job)
         self._jobs.add(job)
-        for number in job.waiting:
-            if number not in self._lanes:
-                self._lanes[number] = asyncio.create_task(self._search_lane(number))
+        for key in job.waiting:
+            if key not in self._lanes:
+                self._lanes[key] = asyncio.create_task(self._search_lane(key))
         try:
             results = await job.done
         except asyncio.CancelledError:
@@ -147,41 +149,39 @@ class MicroBatcher(Generic[Result]):
             if not any(other.wanted for other, _ in batch.lines):
                 batch.turn.cancel()
 
-    async def _search_lane(self, number: int) -> None:
+    async def _search_lane(self, key: Hashable) -> None:
         """Search the lane's waiting lines, batch after batch, until none waits."""
         try:
-            while self._waiting(number):
-                if self._waiting(number) < self.limits.max_sentences:
+            while self._waiting(key):
+                if self._waiting(key) < self.limits.max_sentences:
                     await asyncio.sleep(self.limits.max_wait)  # let the requests arriving together join
-                if batch := self._take(number):
+                if batch := self._take(key):
                     await self._run(batch)
         finally:
-            del self._lanes[number]
+            del self._lanes[key]
 
-    def _waiting(self, number: int) -> int:
-        return sum(len(job.waiting.get(number, ())) for job in self._queue)
+    def _waiting(self, key: Hashable) -> int:
+        return sum(len(job.waiting.get(key, ())) for job in self._queue)
 
-    def _take(self, number: int) -> list[tuple[_Job[Result], int]]:
-        """(job, line index) pairs of the lane's next batch: the oldest job's setting, one line per job in
-        turn, within `max_sentences` and `max_chars` (sentences x longest x beam; at least one line)."""
-        jobs = [job for job in self._queue if job.waiting.get(number)]
+    def _take(self, key: Hashable) -> list[tuple[_Job[Result], int]]:
+        """(job, line index) pairs of the lane's next batch (its jobs share one setting): one line per job
+        in turn, within `max_sentences` and `max_chars` (sentences x longest x beam; at least one line)."""
+        jobs = [job for job in self._queue if job.waiting.get(key)][: None if self.mix_requests else 1]
         if not jobs:
             return []
-        settings = jobs[0].settings
-        jobs = [job for job in jobs if job.settings == settings][: None if self.mix_requests else 1]
-        width = self.width(settings)
+        width = self.width(jobs[0].settings)
         batch: list[tuple[_Job[Result], int]] = []
         longest = 0
-        while waiting := [job for job in jobs if job.waiting.get(number)]:
+        while waiting := [job for job in jobs if job.waiting.get(key)]:
             for job in waiting:  # one line of each waiting job, oldest first
-                i = job.waiting[number][0]
+                i = job.waiting[key][0]
                 wider = max(longest, len(job.lines[i]))
                 if batch and (
                     len(batch) == self.limits.max_sentences
                     or (len(batch) + 1) * wider * width > self.limits.max_chars
                 ):
                     return self._taken(batch)
-                batch.append((job, job.waiting[number].popleft()))
+                batch.append((job, job.waiting[key].popleft()))
                 longest = wider
         return self._taken(batch)
 
