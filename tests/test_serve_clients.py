@@ -217,6 +217,28 @@ def test_a_long_scoring_takes_turns_with_a_short_search_and_a_stopping_server_st
     assert 0 < stopped_after < 40  # the second scoring stopped before its end
 
 
+def test_a_short_search_does_not_wait_for_whole_scorings_queued_before_it(
+    tiny_run_dir: Path, batches: list[int], steps: list[int]
+) -> None:
+    """Each scoring takes its turns one pair at a time: a request of 20 short pairs is one teacher-forced
+    batch, and six of them queued would otherwise each hold the model for all of their pairs."""
+    hosted = host_models([ModelSpec(100, [str(tiny_run_dir)])])[100]
+
+    async def scorings_then_short() -> tuple:
+        pairs = (["the cat sat on the mat"] * 20, ["le chat"] * 20)
+        scorings = [asyncio.ensure_future(hosted.score(*pairs)) for _ in range(6)]
+        while not batches:
+            await asyncio.sleep(0.005)
+        short = await hosted.translate(["the dog sat"])
+        done_before = sum(scoring.done() for scoring in scorings)
+        return short, done_before, await asyncio.gather(*scorings)
+
+    short, done_before, scored = asyncio.run(scorings_then_short())
+    hosted.close()
+    assert short[0].candidates and done_before < 6
+    assert all(len(scores) == 20 for scores in scored)
+
+
 def test_a_stopping_server_answers_a_scoring_at_once_in_the_middle_of_its_batch(
     tiny_run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -155,7 +155,7 @@ class HostedModel:
 
     async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Forced decoding of each pair, in a search thread, taking turns with the searches between its
-        batches (an ensemble refuses, as the API). Cancelled (its client left), it stops before its next
+        pairs (an ensemble refuses, as the API). Cancelled (its client left), it stops before its next
         batch; a stopping server (`stop`) answers its error at once and stops it before its next batch."""
         turn = self.turns.turn()
         loop = asyncio.get_running_loop()
@@ -172,8 +172,16 @@ class HostedModel:
             del self._scoring[turn]
 
     def _score(self, turn: Turn, sources: list[str], targets: list[str]) -> list[Score]:
+        """One pair at a time, so that a turn is one pair's forced pass: a request of many long pairs is
+        one teacher-forced batch, which would hold the model while searches waited for all of it. What
+        the API refuses (lists of other lengths, an ensemble) it refuses in its own words."""
         with turn, between_steps(turn.step):
-            return self.model.score(sources, targets)
+            if len(sources) != len(targets) or not sources:
+                return self.model.score(sources, targets)
+            return [
+                self.model.score([source], [target])[0]
+                for source, target in zip(sources, targets, strict=True)
+            ]
 
     def stop(self, error: Exception) -> None:
         """Answer every request in flight with `error` and stop its search or scoring (a server stopping)."""
