@@ -5,9 +5,9 @@ at a time, the one whose turn it is: they share the model's cores, and two compu
 slow each other. Before each step of its search (decoding/search.py's `between_steps`; a scoring: before
 each pair it forces through the model) the search in turn hands over to a waiting search that has had
 less of the model's time, counted per request it serves: every request waiting on the model gets an
-equal share of it (weighted fair queuing). A one-sentence request therefore waits for the steps of the requests in
-flight, each one step at a time, not for whole searches of another client's long request; a long request
-still gets its share while short ones keep coming.
+equal share of it (weighted fair queuing). A one-sentence request therefore waits for the steps of the
+requests in flight, each one step at a time, not for whole searches of another client's long request; a
+long request still gets its share while short ones keep coming.
 
 The time a search has had, `used`, grows by the seconds it computes divided by its weight (the requests
 its batch serves). A search that joins starts from the least `used` among those already running, so it
