@@ -18,6 +18,7 @@ from seq2seq_attn.runs import run_folder
 from seq2seq_attn.runs.checkpoint import load_checkpoint
 from seq2seq_attn.runs.run_folder import latest_checkpoints
 from seq2seq_attn.training import train as train_module
+from seq2seq_attn.training.log import text_line
 from seq2seq_attn.vocab.pieces import Vocab
 
 torch.set_num_threads(1)
@@ -89,13 +90,55 @@ def test_a_resumed_run_uses_its_configs_optimizer_settings(workdir):
     [
         ("train.optimizer=sgd", "train.optimizer was 'adam', now 'sgd'"),
         ("train.valid_bleu=true", "the ranking metric .* was 'loss', now 'bleu'"),
+        ("train.valid_max_sentences=3", "train.valid_max_sentences was 0, now 3"),
+        ("vocab.size=50", "config changed: vocab.size was 120, now 50"),
     ],
 )
-def test_resume_refuses_a_new_optimizer_or_ranking_metric(workdir, change, message):
-    """The optimiser's moments and the best-K and plateau values saved belong to the old ones."""
+def test_resume_refuses_a_new_optimizer_ranking_metric_dev_set_or_vocabulary_and_writes_nothing(
+    workdir, change, message
+):
+    """The optimiser's moments and the best-K and plateau values saved belong to the old ones (a dev loss
+    of 3 sentences is no best for the loss of all); refused before the data folder is touched."""
     train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
+    data = sorted(workdir.joinpath("data").rglob("*"))
+    before = {path: path.stat().st_mtime_ns for path in data}
     with pytest.raises(UserError, match=f"cannot resume: {message}"):
         train_module.train(config_of(workdir, "train.max_steps=4", NO_BLEU, change))
+    assert {path: path.stat().st_mtime_ns for path in sorted(workdir.joinpath("data").rglob("*"))} == before
+
+
+def test_a_resume_under_another_schedule_takes_its_rates_not_the_plateaus_decay(workdir):
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU, "train.scheduler=plateau"))
+    state = latest(workdir)
+    state["schedule"]["plateau_scale"] = 0.25  # as after two decays
+    torch.save(state, workdir / "run" / "checkpoints" / "latest.pt")
+    constant = ["train.scheduler=constant", "train.learning_rate=0.01", "train.log_every=1"]
+    train_module.train(config_of(workdir, "train.max_steps=3", NO_BLEU, *constant), resume=True)
+    assert [r["lr"] for r in metrics(workdir / "run") if r["step"] == 3 and "lr" in r] == [0.01]
+
+
+def test_a_fresh_start_removes_best_k_files_a_kill_left_before_the_first_latest(workdir):
+    """Killed after writing step-N.pt and best.pt but before the first latest.pt: the run starts afresh,
+    and the files no checkpoint lists would be averaged with its own (`average --last K`)."""
+    folder = workdir / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "step-5.pt").write_bytes(b"left by a kill")
+    (folder / "best.pt").symlink_to("step-5.pt")
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU, "train.keep_best=2"))
+    assert not (folder / "step-5.pt").exists()
+    assert not (folder / "best.pt").exists() or (folder / "best.pt").resolve().name != "step-5.pt"
+
+
+def test_a_resume_forgets_the_lines_of_train_log_after_its_checkpoint_as_metrics_jsonl(workdir):
+    run = workdir / "run"
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU, "train.log_every=1"))
+    for name, line in (("metrics.jsonl", '{"step": 7, "loss": 1.0}'), ("train.log", "step=7 loss=1.0")):
+        with open(run / name, "a", encoding="utf-8") as handle:  # logged after latest.pt by a killed run
+            handle.write(line + "\n")
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU, "train.log_every=1"), resume=True)
+    kept = metrics(run)
+    assert max(r["step"] for r in kept) == 2
+    assert (run / "train.log").read_text(encoding="utf-8").splitlines() == [text_line(r) for r in kept]
 
 
 def nan_at_update(number: int):

@@ -206,8 +206,14 @@ def test_resume_is_refused_when_vocabulary_or_model_changed(workdir):
     train_module.train(config_of(workdir, "train.max_steps=4", "train.valid_bleu=false"))
     with pytest.raises(UserError, match=r"config changed: model.hidden_size was 24, now 32"):
         train_module.train(config_of(workdir, "train.max_steps=8", "model.hidden_size=32"))
-    with pytest.raises(UserError, match=r"cannot resume: the vocabulary changed"):
+    with pytest.raises(UserError, match=r"config changed: vocab.size was 120, now 100"):
         train_module.train(config_of(workdir, "train.max_steps=8", "vocab.size=100"))
+    latest = workdir / "run" / "checkpoints" / "latest.pt"
+    state = load_checkpoint(latest)
+    state["vocab_fingerprint"] = "another vocabulary's"  # the same settings, trained on other text
+    torch.save(state, latest)
+    with pytest.raises(UserError, match=r"cannot resume: the vocabulary changed"):
+        train_module.train(config_of(workdir, "train.max_steps=8", "train.valid_bleu=false"))
 
 
 def test_resume_flag_without_checkpoint_is_an_error(workdir):

@@ -152,19 +152,26 @@ class MetricsLog:
             for key, value in record.items():
                 if key != "step" and isinstance(value, int | float):
                     self.tensorboard.add_scalar(key, value, record["step"])
-        line = " ".join(f"{key}={_fmt(value)}" for key, value in record.items())
+        line = text_line(record)
         with open(self.run_dir / LOG_FILE, "a", encoding="utf-8") as handle:
             handle.write(line + "\n")
         return line
 
 
+def text_line(record: dict[str, Any]) -> str:
+    """A record as its line of train.log: `key=value` pairs."""
+    return " ".join(f"{key}={_fmt(value)}" for key, value in record.items())
+
+
 def truncate_metrics(run_dir: Path, step: int) -> None:
-    """On resume, forget the records logged after the checkpoint's `step`: they will be logged again."""
+    """On resume, forget the records logged after the checkpoint's `step`, in metrics.jsonl and train.log
+    alike: they will be logged again."""
     path = run_dir / METRICS_FILE
     if not path.is_file():
         return
-    kept = [json.dumps(record) for record in _records(path) if record.get("step", 0) <= step]
-    write_text(path, "".join(line + "\n" for line in kept))
+    kept = [record for record in _records(path) if record.get("step", 0) <= step]
+    write_text(path, "".join(json.dumps(record) + "\n" for record in kept))
+    write_text(run_dir / LOG_FILE, "".join(text_line(record) + "\n" for record in kept))
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

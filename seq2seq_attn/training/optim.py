@@ -101,10 +101,11 @@ class Schedule:
         self.bad_validations = 0
 
     def set_step(self, step: int) -> float:
-        """Set the rate for update number `step` (0-based) and return it."""
+        """Set the rate for update number `step` (0-based) and return it (the plateau's decay only under
+        `scheduler: plateau`: a run resumed under another schedule takes that schedule's rates)."""
+        plateau = self.plateau_scale if self.cfg.scheduler == "plateau" else 1.0
         rate = max(
-            self.cfg.learning_rate * warmup_factor(step, self.cfg) * self.plateau_scale,
-            self.cfg.min_learning_rate,
+            self.cfg.learning_rate * warmup_factor(step, self.cfg) * plateau, self.cfg.min_learning_rate
         )
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], torch.Tensor):  # a captured step's: written in place, on the device

@@ -59,24 +59,30 @@ class Progress:
         return candidate in survivors, dropped
 
 
-def resume_point(config: Config, vocab_fingerprint: str, required: bool) -> dict[str, Any] | None:
-    """The run's `latest.pt`, checked to fit `config` and the vocabulary; None when the run is new."""
+def resume_point(config: Config, required: bool) -> dict[str, Any] | None:
+    """The run's `latest.pt`, checked to fit `config`; None when the run is new. Checked before the data
+    and vocabulary are prepared, so that a resume refused writes nothing (`check_vocabulary` then checks
+    the vocabulary they make)."""
     latest = checkpoint_dir(config.run_dir) / LATEST
     if latest.is_file():
         state = load_checkpoint(latest)
-        _check_resumable(state, config, vocab_fingerprint, latest)
+        _check_resumable(state, config, latest)
         return state
     if required:
         raise UserError(f"{config.run_dir}: cannot resume: the run has no checkpoint ({latest})")
     return None
 
 
-def _check_resumable(state: dict[str, Any], config: Config, vocab_fingerprint: str, path: Path) -> None:
+def check_vocabulary(state: dict[str, Any], config: Config, vocab_fingerprint: str) -> None:
+    """Refuse to resume `state` (latest.pt) with another vocabulary than it was trained with."""
     if state.get("vocab_fingerprint") != vocab_fingerprint:
         raise UserError(
-            f"{path}: cannot resume: the vocabulary changed since this checkpoint was written "
-            "(train into a new run directory)"
+            f"{checkpoint_dir(config.run_dir) / LATEST}: cannot resume: the vocabulary changed since this "
+            "checkpoint was written (train into a new run directory)"
         )
+
+
+def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
     old = _flatten({k: state["config"][k] for k in RESUME_CRITICAL})
     new = _flatten({k: to_dict(config)[k] for k in RESUME_CRITICAL})
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
@@ -90,23 +96,28 @@ def _check_resumable(state: dict[str, Any], config: Config, vocab_fingerprint: s
     saved = _state_terms(from_dict(state["config"], where=f"{path} (config)").train)
     now = _state_terms(config.train)
     for setting, was in saved.items():
-        if now[setting] != was:
+        if now.get(setting) != was:
             raise UserError(
                 f"{path}: cannot resume: {setting} was {was!r}, now {now[setting]!r}: the saved state was "
                 "built under it (set it back, or train into a new run directory)"
             )
 
 
-def _state_terms(train: TrainConfig) -> dict[str, str]:
+def _state_terms(train: TrainConfig) -> dict[str, Any]:
     """The train settings a checkpoint's state is only meaningful under: the optimiser (the form of its
-    moments) and the dev metric that ranked the best checkpoints and drove the plateau schedule (their saved
-    values are of that metric; `valid_bleu` off ranks by the loss)."""
-    return {
+    moments), and the dev metric that ranked the best checkpoints and drove the plateau schedule with the
+    dev set and search it was measured on (their saved values are of those; `valid_bleu` off ranks by the
+    loss, which no beam changes)."""
+    terms: dict[str, Any] = {
         "train.optimizer": train.optimizer,
         "the ranking metric (train.early_stop_metric, the loss when train.valid_bleu is off)": (
             train.ranking_metric
         ),
+        "train.valid_max_sentences": train.valid_max_sentences,
     }
+    if train.ranking_metric != "loss":
+        terms["train.valid_beam"] = train.valid_beam
+    return terms
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:

@@ -49,7 +49,15 @@ from .distributed import Ranks, StopSignals
 from .graphs import CapturedUpdate, PaddedShapes, uses_cuda_graphs
 from .log import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .optim import Schedule, build_optimizer
-from .state import Progress, gather_rank_states, restore, resume_point, seed_everything, training_state
+from .state import (
+    Progress,
+    check_vocabulary,
+    gather_rank_states,
+    restore,
+    resume_point,
+    seed_everything,
+    training_state,
+)
 from .step import Update
 from .validate import load_dev, validate
 
@@ -71,12 +79,14 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
     device = _pick_device(config, ranks)
     graphs = uses_cuda_graphs(config.train, device, ranks.is_distributed)
     run_dir = config.run_dir
+    state = resume_point(config, required=resume)  # before anything is written
     if ranks.is_main:
         vocab = _prepare_inputs(config)
     ranks.barrier()
     if not ranks.is_main:
         vocab = Vocab.load(vocab_dir(config))
-    state = resume_point(config, vocab.fingerprint(), required=resume)
+    if state is not None:
+        check_vocabulary(state, config, vocab.fingerprint())
 
     seed_everything(config.seed + ranks.rank)
     model = build_model(config.model, vocab.src_size, vocab.tgt_size).to(device)
@@ -86,8 +96,7 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
     progress = Progress() if state is None else restore(state, model, optimizer, schedule, stream, ranks)
     if ranks.is_main:
         _init_run_dir(run_dir, config, vocab, progress.step)
-        if state:
-            match_kept(checkpoint_dir(run_dir), progress.kept)
+        match_kept(checkpoint_dir(run_dir), progress.kept)  # a fresh run's: none, whatever a kill left
         record_sitting(run_dir, device, progress.step)
         ddp = ranks.is_distributed and f", DDP with world size {ranks.world_size} ({distributed.backend()})"
         console.info(
