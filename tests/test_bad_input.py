@@ -424,6 +424,27 @@ CASES = [
         "hyp.txt:2: invalid UTF-8",
     ),
     case(
+        "eval-output-is-the-references",
+        lambda t, g: evaluate(t, output=write(t / "ref.txt", "a b\nc d\n")),
+        "ref.txt: given as --ref and written as --output: eval would write over its input",
+    ),
+    case(
+        "eval-a-runs-translation-is-a-hyp",
+        lambda t, g: [
+            *("eval", "--hyp", str(write(t / "in.after.hyp", "a b\nc d\n")), "--label", "before"),
+            *(
+                "--model",
+                str(g("tiny_run_dir")),
+                "--label",
+                "after",
+                "--src",
+                str(write(t / "in.txt", "a\nb\n")),
+            ),
+            *("--ref", str(write(t / "ref.txt", "a b\nc d\n")), "-o", str(write(t / "report.json", "{}\n"))),
+        ],
+        "in.after.hyp: given as --hyp and written as after's translation",
+    ),
+    case(
         "eval-output-dash",
         lambda t, g: evaluate(t, output=Path("-")),
         "--output -: eval reads and writes files, not the standard streams",

@@ -20,6 +20,7 @@ from ..evaluation.models.systems import (
     Request,
     default_run_label,
     evaluate_runs,
+    hypotheses_path,
     read_alignment,
     write_html,
     write_report,
@@ -115,12 +116,13 @@ def eval_command(
     runs' configs."""
     given = dict(overrides or {})
     runs = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
-    named = [*(("--hyp", path) for path in hyp), ("--ref", ref), ("--src", src), ("--output", output)]
-    refuse_standard_streams([*named, ("--plot", plot), ("--html", html), ("--alignment", alignment)])
+    read = [*(("--hyp", path) for path in hyp), ("--ref", ref), ("--src", src)]
+    written = [("--output", output), ("--plot", plot), ("--html", html)]
+    refuse_standard_streams([*read, *written, ("--alignment", alignment)])
     check_options(hyp, runs, src, label, by_length, plot, alignment, html)
     check_settings(given, bool(runs), by_length and src is None)
     aer = read_alignment(alignment) if alignment is not None else None
-    for destination in (output, plot, html):  # fail before any work, not after the report is written
+    for _, destination in written:  # fail before any work, not after the report is written
         if destination is not None:
             check_writable(destination)
     if plot is not None:
@@ -128,7 +130,10 @@ def eval_command(
 
         image_format(plot)
     override(EvalConfig(), given, "eval.")  # a bad option fails before any translation
-    labels = label[len(hyp) :] or map(default_run_label, runs)
+    labels = list(label[len(hyp) :] or map(default_run_label, runs))
+    keep_in = output.parent if output is not None else None
+    kept = kept_translations(runs, labels, src, keep_in)
+    refuse_overwriting([*written, *kept], [*read, ("--task-ref", given["task_ref"])])
     request = Request(
         ref,
         src,
@@ -136,7 +141,7 @@ def eval_command(
         runs=list(zip(runs, labels, strict=True)),
         by_length=by_length,
         decode=decode_changes(decode_sets),
-        keep_in=output.parent if output is not None else None,
+        keep_in=keep_in,
     )
     evaluation = evaluate_runs(request, given)
     typer.echo(write_report(evaluation.report, fmt.value if fmt else None, output, plot), nl=False)
@@ -170,6 +175,29 @@ def refuse_standard_streams(named: list[tuple[str, Path | None]]) -> None:
     for option, path in named:
         if path is not None and str(path) == "-":
             raise UserError(f"{option} -: eval reads and writes files, not the standard streams; give a file")
+
+
+def kept_translations(
+    runs: list[list[Path]], labels: list[str], src: Path | None, keep_in: Path | None
+) -> list[tuple[str, Path | None]]:
+    """Where each run's translation of `src` is kept (`hypotheses_path`), named by its label."""
+    if src is None:
+        return []
+    return [
+        (f"{label}'s translation", hypotheses_path(paths[0], label, src, keep_in))
+        for paths, label in zip(runs, labels, strict=True)
+    ]
+
+
+def refuse_overwriting(written: list[tuple[str, Path | None]], read: list[tuple[str, Path | None]]) -> None:
+    """No file eval writes (the report, its figures, a run's kept translation) may be one it reads: the
+    input would be lost, and the report would describe a file that no longer holds what was scored."""
+    inputs = {Path(path).resolve(): option for option, path in read if path is not None}
+    for what, path in written:
+        if path is not None and (option := inputs.get(Path(path).resolve())):
+            raise UserError(
+                f"{path}: given as {option} and written as {what}: eval would write over its input"
+            )
 
 
 def check_options(
