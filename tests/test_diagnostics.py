@@ -93,6 +93,10 @@ def test_a_bucket_pools_words_and_leaves_attention_measures_empty_without_attent
         "repeated_ngrams": None,  # no trigram
         "length_ratio": 0.5,
     }
+    # an empty output attended to no source word: all dropped, and no entropy to average in
+    empty = sentence_counts("", "x y", SentenceAttention(np.array([[0.5, 0.5]]), ["▁a"], []))
+    both = bucket_row("0-10", [one, empty], attention=True)
+    assert (both["entropy"], both["dropped"]) == (0.0, 0.5)
     hyp_only = bucket_row("all", [sentence_counts("x y z x y z", "x y z")], attention=False)
     assert hyp_only["entropy"] is None and hyp_only["dropped"] is None
     assert hyp_only["repeated_ngrams"] == 0.25 and hyp_only["length_ratio"] == 2.0

@@ -20,7 +20,7 @@ from seq2seq_attn.evaluation.metrics.bootstrap import bleu_scores, sentence_stat
 from seq2seq_attn.evaluation.metrics.buckets import bucket_index, bucket_labels, check_edges, parse_edges
 from seq2seq_attn.evaluation.metrics.by_length import evaluate
 from seq2seq_attn.evaluation.metrics.inputs import System
-from seq2seq_attn.evaluation.metrics.plots import curve_figure, save_curve
+from seq2seq_attn.evaluation.metrics.plots import curve_figure, diagnostics_figure, save_curve
 from seq2seq_attn.evaluation.metrics.report import render
 from seq2seq_attn.evaluation.metrics.saved_reports import merge_reports
 
@@ -235,6 +235,22 @@ def test_curve_has_one_labelled_line_per_system_and_saves_a_png(tmp_path):
     save_curve(report, tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes().startswith(PNG_MAGIC)
     assert [p.name for p in tmp_path.iterdir()] == ["curve.png"]  # no temporary file left behind
+
+
+def test_labels_are_shown_as_given_in_figures_and_markdown_and_every_system_is_in_the_legend(tmp_path):
+    """A `$` pair would be math to matplotlib (a parse error after the report was written), a `|` a cell
+    of its own in markdown; the diagnostics' legend names systems without attention too."""
+    sources, references, hypotheses = corpus(120, seed=4)
+    _, _, worse = corpus(120, seed=4, noise=0.6)
+    systems = [System("v1 $_$ v2", hypotheses, "a.txt"), System("beam|5", worse, "b.txt")]
+    report = evaluate(systems, references, sources, by_length=True, config=EvalConfig(bootstrap=50))
+    save_curve(report, tmp_path / "curve.png")  # the curve and, beside it, the diagnostics
+    legend = diagnostics_figure(report).legends[0]
+    assert [text.get_text() for text in legend.get_texts()] == [r"v1 \$_\$ v2", "beam|5"]
+    table = [line for line in render(report, "markdown").splitlines() if line.startswith("|")]
+    rows = [line for line in table if line.startswith("| beam")]
+    assert rows and all(line.startswith(r"| beam\|5 |") for line in rows)
+    assert all(line.count(" | ") == table[0].count(" | ") for line in rows[:1])
 
 
 def test_merging_reports_requires_the_same_buckets():

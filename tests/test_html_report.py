@@ -156,7 +156,17 @@ def html_page(tiny_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [('{"method": "argmax"}', "not the JSON of `seq2seq align --json`"), ("{", "not valid JSON")],
+    [
+        ('{"method": "argmax"}', "not the JSON of `seq2seq align --json`"),
+        ("{", "not valid JSON"),
+        ('{"method": "argmax", "overall": {}, "by_length": []}', "each row: sentences, and aer"),
+        ('{"method": "argmax", "overall": null, "by_length": [1]}', "each row: sentences, and aer"),
+        (
+            '{"method": "a", "overall": {"sentences": 2, "aer": "x", "precision": 1, "recall": 1}, '
+            '"by_length": []}',
+            "each row: sentences, and aer",
+        ),
+    ],
 )
 def test_a_bad_alignment_file_is_one_line(tmp_path: Path, content: str, message: str):
     (tmp_path / "a.json").write_text(content)

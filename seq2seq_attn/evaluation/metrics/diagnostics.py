@@ -116,12 +116,13 @@ def piece_counts(pieces: Sequence[str]) -> list[int]:
     return list(collections.Counter(word_of_piece(pieces)).values())
 
 
-def attention_counts(word_weights: np.ndarray) -> tuple[float, int, int, int]:
+def attention_counts(word_weights: np.ndarray) -> tuple[float | None, int, int, int]:
     """(mean normalised entropy, dropped words, repeated words, backward jumps) of one sentence's word
-    attention (target words, source words)."""
+    attention (target words, source words). An empty output attended to nothing: every source word is
+    dropped, and it has no entropy (None: left out of the bucket's mean)."""
     steps, words = word_weights.shape
     if steps == 0 or words == 0:
-        return 0.0, 0, 0, 0
+        return None, words, 0, 0
     rows = word_weights / np.maximum(word_weights.sum(axis=1, keepdims=True), 1e-12)
     plogp = np.where(rows > 0, rows * np.log(np.where(rows > 0, rows, 1.0)), 0.0)
     entropy = float((-plogp.sum(axis=1)).mean() / np.log(words)) if words > 1 else 0.0
@@ -173,11 +174,12 @@ def sentence_counts(
 def bucket_row(bucket: str, counts: Sequence[SentenceCounts], attention: bool) -> dict[str, Any]:
     """One row of the diagnostics table: the bucket's sentences pooled (module docstring); the attention
     measures of a system with `attention` (sentences without it, empty lines, are left out of them)."""
-    attended = [c for c in counts if c.entropy is not None] if attention else []
+    attended = [c for c in counts if c.dropped is not None] if attention else []
     words = sum(c.source_words for c in attended)
     steps = sum(c.steps for c in attended)
+    entropies = [c.entropy for c in attended if c.entropy is not None]
     row: dict[str, Any] = {"bucket": bucket, "count": len(counts)}
-    row["entropy"] = float(np.mean([c.entropy for c in attended])) if attended else None
+    row["entropy"] = float(np.mean(entropies)) if entropies else None
     row["dropped"] = _share(sum(c.dropped for c in attended), words) if attended else None
     row["repeated"] = _share(sum(c.repeated for c in attended), words) if attended else None
     row["backward"] = _share(sum(c.backward for c in attended), steps) if attended else None

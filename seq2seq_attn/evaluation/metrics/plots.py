@@ -8,12 +8,14 @@ so they draw the same on a headless server; files are written atomically, never 
 from __future__ import annotations
 
 import io
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from ...errors import UserError
 from ...io import atomic_write
@@ -86,8 +88,15 @@ def mark_significant(
             s=90,
             color="black",
             zorder=3,
-            label=f"{comparison['system']} vs {comparison['baseline']}: p < {alpha}",
+            label=label_text(f"{comparison['system']} vs {comparison['baseline']}: p < {alpha}"),
         )
+
+
+def label_text(text: str) -> str:
+    """A label as matplotlib should print it (a system's, a piece of a heat map's): `$` would start math
+    mode, control characters draw nothing."""
+    shown = "".join("\ufffd" if unicodedata.category(c) == "Cc" else c for c in text)
+    return shown.replace("$", r"\$")
 
 
 def curve_figure(report: dict[str, Any]) -> Figure:
@@ -107,7 +116,10 @@ def curve_figure(report: dict[str, Any]) -> Figure:
         ordered = [rows[bucket] for bucket in buckets]
         overall = rows["all"]["bleu"]
         (line,) = axes.plot(
-            x, _values(ordered, "bleu"), marker="o", label=f"{system['label']} (all: BLEU {overall:.2f})"
+            x,
+            _values(ordered, "bleu"),
+            marker="o",
+            label=label_text(f"{system['label']} (all: BLEU {overall:.2f})"),
         )
         if report["bootstrap"]["resamples"]:
             axes.fill_between(
@@ -159,12 +171,16 @@ def diagnostics_figure(report: dict[str, Any]) -> Figure:
             rows = {row["bucket"]: row for row in system["rows"]}
             values = _values([rows[bucket] for bucket in buckets], diagnostic.key)
             if not np.isnan(values).all():
-                axes.plot(x, values, marker="o", color=f"C{k}", label=system["label"])
+                axes.plot(x, values, marker="o", color=f"C{k}")
         axes.set_title(diagnostic.header)
         axes.set_xticks(x, buckets, fontsize="small")
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
-    panels[0].legend(fontsize="small")
+    systems = [Line2D([], [], marker="o", color=f"C{k}") for k in range(len(report["diagnostics"]))]
+    labels = [
+        label_text(system["label"]) for system in report["diagnostics"]
+    ]  # every system, attention or not
+    figure.legend(systems, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize="small")
     figure.supxlabel(f"{report['bucket_by'].capitalize()} sentence length ({length_unit(report)})")
     figure.suptitle("Why long sentences fail: diagnostics by length (docs/evaluation.md)")
     return figure

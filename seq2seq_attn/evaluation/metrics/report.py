@@ -283,11 +283,11 @@ def _text_table(table: Table) -> list[str]:
 
 
 def _markdown_table(table: Table) -> list[str]:
-    lines = [
-        "| " + " | ".join(table.columns) + " |",
-        "|" + "---|" * table.left + "--:|" * (len(table.columns) - table.left),
-    ]
-    lines += ["| " + " | ".join(row) + " |" for row in table.rows]
+    def cells(values: Sequence[str]) -> str:  # a `|` in a label would end its cell
+        return "| " + " | ".join(value.replace("|", "\\|") for value in values) + " |"
+
+    lines = [cells(table.columns), "|" + "---|" * table.left + "--:|" * (len(table.columns) - table.left)]
+    lines += [cells(row) for row in table.rows]
     return ([f"**{table.title}**", ""] if table.title else []) + lines
 
 

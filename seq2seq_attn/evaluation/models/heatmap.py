@@ -7,7 +7,6 @@ the font shrinks to fit, and once it would fall below MIN_FONT only every k-th l
 from __future__ import annotations
 
 import math
-import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ...io import write_json
-from ..metrics.plots import save_figure
+from ..metrics.plots import label_text, save_figure
 
 if TYPE_CHECKING:
     from ...decoding.translate import Translation, Translator
@@ -34,12 +33,6 @@ def axis_layout(count: int) -> tuple[float, float, int]:
     font = min(MAX_FONT, 0.8 * points_per_label)
     step = max(1, math.ceil(MIN_FONT / font))
     return inches, max(font, MIN_FONT), step
-
-
-def label_text(piece: str) -> str:
-    """A piece as matplotlib should print it: `$` would start math mode, control characters draw nothing."""
-    shown = "".join("\ufffd" if unicodedata.category(c) == "Cc" else c for c in piece)
-    return shown.replace("$", r"\$")
 
 
 def attention_figure(weights: np.ndarray, src_labels: list[str], tgt_labels: list[str]) -> Figure:

@@ -344,7 +344,23 @@ def read_alignment(path: Path) -> dict[str, Any]:
     section = read_json(path)
     if not isinstance(section, dict) or not {"method", "overall", "by_length"} <= section.keys():
         raise UserError(f"{path}: not the JSON of `seq2seq align --json` (method, overall, by_length)")
+    by_length = section["by_length"] if isinstance(section["by_length"], list) else [None]
+    rows = [section["overall"], *([section["baseline"]] if section.get("baseline") else [])]
+    if not all(map(_scores, rows)) or not all(_scores(row) and "bucket" in row for row in by_length):
+        raise UserError(
+            f"{path}: not the JSON of `seq2seq align --json` (each row: sentences, and aer, precision and "
+            "recall as numbers or null; a bucket in each by_length row)"
+        )
     return section
+
+
+def _scores(row: Any) -> bool:
+    """Whether `row` holds alignment scores as align.py writes them."""
+    if not isinstance(row, dict) or type(row.get("sentences")) is not int:
+        return False
+    return all(
+        k in row and (row[k] is None or type(row[k]) in (int, float)) for k in ("aer", "precision", "recall")
+    )
 
 
 def attention_heatmaps(run: TranslatedRun, sources: list[str], lines: Sequence[int]) -> list[dict[str, str]]:
