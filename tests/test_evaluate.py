@@ -245,7 +245,7 @@ def test_labels_are_shown_as_given_in_figures_and_markdown_and_every_system_is_i
     systems = [System("v1 $_$ v2", hypotheses, "a.txt"), System("beam|5", worse, "b.txt")]
     report = evaluate(systems, references, sources, by_length=True, config=EvalConfig(bootstrap=50))
     save_curve(report, tmp_path / "curve.png")  # the curve and, beside it, the diagnostics
-    legend = diagnostics_figure(report).legends[0]
+    (legend,) = [axes.get_legend() for axes in diagnostics_figure(report).axes if axes.get_legend()]
     assert [text.get_text() for text in legend.get_texts()] == [r"v1 \$_\$ v2", "beam|5"]
     table = [line for line in render(report, "markdown").splitlines() if line.startswith("|")]
     rows = [line for line in table if line.startswith("| beam")]

@@ -177,10 +177,9 @@ def diagnostics_figure(report: dict[str, Any]) -> Figure:
         axes.set_ylim(bottom=0)
         axes.grid(alpha=0.3)
     systems = [Line2D([], [], marker="o", color=f"C{k}") for k in range(len(report["diagnostics"]))]
-    labels = [
-        label_text(system["label"]) for system in report["diagnostics"]
-    ]  # every system, attention or not
-    figure.legend(systems, labels, loc="outside lower center", ncols=min(len(labels), 4), fontsize="small")
+    labels = [label_text(system["label"]) for system in report["diagnostics"]]
+    ratio = [diagnostic.key for diagnostic in DIAGNOSTICS].index("length_ratio")  # a panel every system has
+    panels[ratio].legend(systems, labels, fontsize="small")
     figure.supxlabel(f"{report['bucket_by'].capitalize()} sentence length ({length_unit(report)})")
     figure.suptitle("Why long sentences fail: diagnostics by length (docs/evaluation.md)")
     return figure
