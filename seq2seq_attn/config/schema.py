@@ -422,7 +422,12 @@ class TrainConfig:
     )
     max_steps: int = option(0, "Stop after this many updates (0: no limit).", ge=0)
     max_epochs: int = option(0, "Stop after this many epochs (0: no limit).", ge=0)
-    max_minutes: float = option(0.0, "Wall-clock training budget in minutes (0: no limit).", ge=0)
+    max_minutes: float = option(
+        0.0,
+        "Wall-clock training budget in minutes (0: no limit), checked every log_every updates (a host sync, "
+        "and under DDP rank 0's clock decides): a run ends up to log_every updates past it.",
+        ge=0,
+    )
     log_every: int = option(100, "Updates between log lines.", ge=1)
     validate_every: int = option(
         1000, "Updates between validations (dev loss and BLEU) and checkpoints.", ge=1
