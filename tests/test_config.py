@@ -214,6 +214,15 @@ def test_paths_resolve_relative_to_config_file(tmp_path):
     assert config.data.local.valid.src == ""  # empty stays empty
 
 
+def test_the_default_data_and_run_folders_are_named_where_the_config_was_loaded(tmp_path, monkeypatch):
+    """'' means data/<name> and runs/<name> under the working directory: once loaded, the path itself, so
+    that a run's config.yaml and checkpoints name its data wherever a later command runs."""
+    monkeypatch.chdir(tmp_path)
+    config = load_config(write(tmp_path, "name: here\n"))
+    assert config.data.dir == str(tmp_path.resolve() / "data" / "here")
+    assert config.train.run_dir == str(tmp_path.resolve() / "runs" / "here")
+
+
 def test_resolved_config_round_trips(tmp_path):
     original = load_config(write(tmp_path, "name: rt\nmodel: {attention: dot, decoder: luong}\n"))
     dumped = to_yaml(original)

@@ -107,6 +107,20 @@ def test_resume_refuses_a_new_optimizer_ranking_metric_dev_set_or_vocabulary_and
     assert {path: path.stat().st_mtime_ns for path in sorted(workdir.joinpath("data").rglob("*"))} == before
 
 
+def test_a_checkpoint_that_left_its_folders_to_the_defaults_resumes_from_where_they_were(
+    workdir, monkeypatch
+):
+    """A checkpoint's data.dir '' (data/<name> under the working directory, as they were written before
+    loading named the folders) is that folder, not a change of config."""
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU, "data.dir=data/tiny"))
+    state = latest(workdir)
+    state["config"]["data"]["dir"] = state["config"]["train"]["run_dir"] = ""
+    torch.save(state, workdir / "run" / "checkpoints" / "latest.pt")
+    monkeypatch.chdir(workdir)  # where data/tiny is, as it was
+    train_module.train(config_of(workdir, "train.max_steps=3", NO_BLEU, "data.dir=data/tiny"), resume=True)
+    assert latest(workdir)["step"] == 3
+
+
 def test_a_resume_under_another_schedule_takes_its_rates_not_the_plateaus_decay(workdir):
     train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU, "train.scheduler=plateau"))
     state = latest(workdir)

@@ -51,7 +51,16 @@ def load_config(
         apply_override(raw, item, option)
     config = from_dict(raw, where=str(path))
     resolve_paths(config, path.parent)
+    settle_locations(config)
     return config
+
+
+def settle_locations(config: Config) -> None:
+    """The data and run folders left to their defaults ('': under the working directory) made absolute, so
+    that a run's config.yaml and checkpoints name them wherever a later command runs (an export's card,
+    a lexical shortlist learned from the run's data)."""
+    config.data.dir = str(config.data_dir.resolve())
+    config.train.run_dir = str(config.run_dir.resolve())
 
 
 class _UniqueKeys(yaml.SafeLoader):

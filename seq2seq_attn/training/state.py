@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..config import Config, TrainConfig, from_dict, to_dict
+from ..config.loader import settle_locations
 from ..errors import UserError
 from ..runs.checkpoint import load_checkpoint
 from ..runs.run_folder import LATEST, checkpoint_dir
@@ -83,7 +84,9 @@ def check_vocabulary(state: dict[str, Any], config: Config, vocab_fingerprint: s
 
 
 def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
-    old = _flatten({k: state["config"][k] for k in RESUME_CRITICAL})
+    saved_config = from_dict(state["config"], where=f"{path} (config)")
+    settle_locations(saved_config)  # a checkpoint that left the data folder to its default ('') names it
+    old = _flatten({k: to_dict(saved_config)[k] for k in RESUME_CRITICAL})
     new = _flatten({k: to_dict(config)[k] for k in RESUME_CRITICAL})
     changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
     if changed:
@@ -93,7 +96,7 @@ def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
             f"{path}: cannot resume: config changed: {first} was {old.get(first)!r}, now "
             f"{new.get(first)!r}{more} (train into a new run directory)"
         )
-    saved = _state_terms(from_dict(state["config"], where=f"{path} (config)").train)
+    saved = _state_terms(saved_config.train)
     now = _state_terms(config.train)
     for setting, was in saved.items():
         if now.get(setting) != was:
