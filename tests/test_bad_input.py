@@ -374,6 +374,11 @@ CASES = [
         marks=AS_ROOT,
     ),
     case(
+        "translate-average-of-a-checkpoint-file",
+        lambda t, g: translate(t, best_file(run_copy(t, g)), "--average", "2"),
+        ".pt: averaging takes a run's last 2 checkpoints: give the run folder",
+    ),
+    case(
         "beam-zero",
         lambda t, g: translate(t, g("tiny_run_dir"), "--beam", "0"),
         "--beam: `decode.beam_size` must be a number >= 1, got 0",

@@ -137,6 +137,7 @@ def test_an_unquoted_on_or_off_is_read_as_the_choice_of_that_name(tmp_path):
         ("train.adam_betas=[1.5,0.9]", "`train.adam_betas` must be a number >= 0 and < 1, got [1.5, 0.9]"),
         ("decode.beam_size=99999999999999999999", "`decode.beam_size` must be an integer of a 64-bit size"),
         ("name=", "`name` must not be empty"),
+        ("eval.buckets=[0,10,5]", "bucket edges [0, 10, 5]: expected strictly increasing word counts"),
     ],
 )
 def test_bad_override_is_a_clear_error(tmp_path, override, fragment):
@@ -149,6 +150,12 @@ def test_a_key_given_twice_is_an_error_naming_its_line(tmp_path):
     """Plain YAML keeps the last of two `train:` sections and drops the first one's settings."""
     path = write(tmp_path, "name: t\ntrain:\n  max_steps: 7\nmodel:\n  cell: lstm\ntrain:\n  batch_size: 8\n")
     with pytest.raises(UserError, match=r"exp.yaml:6: invalid YAML: duplicate key `train`"):
+        load_config(path)
+
+
+def test_a_list_as_a_key_is_an_error_naming_its_line(tmp_path):
+    path = write(tmp_path, "name: t\ntrain:\n  [1]: 2\n")
+    with pytest.raises(UserError, match=r"exp.yaml:3: invalid YAML: a list as a key"):
         load_config(path)
 
 

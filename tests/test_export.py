@@ -493,3 +493,16 @@ def test_the_command_line_reads_the_hub_cache_named_by_the_environment(
     )
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "hf://owner/other: cannot fetch it from the Hugging Face hub: offline mode is on" in missing.stderr
+
+
+def test_the_card_says_what_the_model_and_the_folder_are():
+    """Its decoder as configured (a Luong decoder may read no attentional vector back), and every file the
+    folder ships: provenance.json when the run recorded what trained it."""
+    from seq2seq_attn.runs.model_card import folder_files, summary
+
+    feeding = tiny_config(model={"decoder": "luong", "attention": "general", "input_feeding": True})
+    plain = tiny_config(model={"decoder": "luong", "attention": "general", "input_feeding": False})
+    assert "decoder with input feeding" in summary(feeding)
+    assert "decoder without input feeding" in summary(plain)
+    assert "`provenance.json`" in dict(folder_files(False, None, True))
+    assert "`provenance.json`" not in dict(folder_files(False, None, False))

@@ -193,6 +193,7 @@ def test_rescoring_with_two_models_and_best(tiny_run_dir, nbest_file, tmp_path: 
         (["--nbest", "BAD"], ["BAD:2: expected `index<TAB>rank<TAB>score<TAB>translation`"]),
         (["--nbest", "FAR"], ["FAR:1: index 9 is not a line of the 5-line source"]),
         (["--nbest", "N", "--weights", "1,2"], ["--weights '1,2' has 2 weights for 1 --model"]),
+        (["--nbest", "N", "--weights", "nan"], ["--weights 'nan': expected finite numbers"]),
         (["--tgt", "T", "--best"], ["--best picks from an n-best list"]),
     ],
 )

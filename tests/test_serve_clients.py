@@ -380,6 +380,16 @@ def test_a_client_that_never_reads_its_answers_loses_its_connection_and_its_plac
         server.wait()
 
 
+@pytest.mark.slow(seconds=5)
+def test_ctrl_c_stops_the_server_as_sigterm_does_with_exit_status_0(tiny_run_dir: Path) -> None:
+    server, url = start_server("--model", str(tiny_run_dir), "--grace", "1")
+    server.send_signal(signal.SIGINT)
+    try:
+        assert server.wait(30) == 0
+    finally:
+        server.kill()
+
+
 @pytest.mark.e2e
 @pytest.mark.slow(seconds=30)
 def test_sigterm_answers_every_request_and_exits_within_the_grace_period(tiny_run_dir: Path) -> None:

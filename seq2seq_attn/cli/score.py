@@ -6,6 +6,7 @@ torch is imported inside the command, so `seq2seq --help` and every other comman
 
 from __future__ import annotations
 
+import math
 import sys
 from enum import Enum
 from pathlib import Path
@@ -115,6 +116,8 @@ def parse_weights(text: str | None, models: int) -> list[float]:
         weights = [float(part) for part in text.split(",")]
     except ValueError:
         raise UserError(f"--weights {text!r}: expected comma-separated numbers, e.g. 1,0.5") from None
+    if not all(math.isfinite(weight) for weight in weights):
+        raise UserError(f"--weights {text!r}: expected finite numbers (nan or inf rank nothing)")
     if len(weights) != models:
         raise UserError(f"--weights {text!r} has {len(weights)} weights for {models} --model: one each")
     return weights

@@ -29,10 +29,10 @@ BATCHING, LIMITED, CONNECTED = BatchLimits(), Limits(), ConnectionLimits()  # th
 
 
 def _stopped(signum: int, frame: object) -> None:
-    """SIGTERM after uvicorn's graceful shutdown (or while the models load): a requested stop, exit 0 at
-    once. Every request has its answer and nothing is left to write, so the interpreter's own teardown
-    (torch's modules: 0.3 to 2 s on a busy 2-core machine) is skipped rather than taken from the grace
-    period."""
+    """SIGTERM or Ctrl-C after uvicorn's graceful shutdown (or while the models load): a requested stop,
+    exit 0 at once. Every request has its answer and nothing is left to write, so the interpreter's own
+    teardown (torch's modules: 0.3 to 2 s on a busy 2-core machine) is skipped rather than taken from the
+    grace period."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -160,5 +160,6 @@ def serve_command(
         warn(warning)
     app = create_app(hosted, limits, url_root, hosts, body_timeout)
     info(f"serve: {len(hosted)} model(s) ({', '.join(map(str, hosted))}) on http://{host}:{port}/")
-    signal.signal(signal.SIGTERM, _stopped)  # uvicorn passes SIGTERM on once it has shut down
+    for stop in (signal.SIGTERM, signal.SIGINT):  # uvicorn passes each on once it has shut down
+        signal.signal(stop, _stopped)
     serve(app, sock, connections)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import yaml
 
 from ..errors import UserError, setting
-from .schema import Config, field_types
+from .schema import Config, check_edges, field_types
 
 T = TypeVar("T")
 
@@ -50,6 +50,7 @@ def load_config(
     for item in overrides:
         apply_override(raw, item, option)
     config = from_dict(raw, where=str(path))
+    check_edges(config.eval.buckets, f"eval.buckets in {path}")  # every scoring command would refuse them
     resolve_paths(config, path.parent)
     settle_locations(config)
     return config
@@ -71,6 +72,10 @@ class _UniqueKeys(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, typing.Hashable):
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} as a key", key_node.start_mark
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key `{key}`", key_node.start_mark

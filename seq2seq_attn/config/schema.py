@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -648,6 +650,18 @@ class DecodeConfig:
                 f"{where}: `decode.nbest` = {self.nbest} exceeds `decode.beam_size` = {self.beam_size}: "
                 "a beam of k finishes at most k hypotheses"
             )
+
+
+def check_edges(edges: Sequence[int], key: str = "eval.buckets") -> list[int]:
+    """The edges as a list, when they make buckets; `key` names them in the error (a config's key, or
+    where the caller set it)."""
+    edges = list(edges)
+    if not edges or edges[0] != 0 or any(low >= high for low, high in pairwise(edges)):
+        raise UserError(
+            f"bucket edges {edges}: expected strictly increasing word counts starting at 0, e.g. 0,10,20 "
+            f"({key})"
+        )
+    return edges
 
 
 @dataclass

@@ -54,7 +54,7 @@ def export_run(
     lines load. A non-empty `destination` is an error, or with `force` replaced when it is an earlier
     export. Returns `destination`."""
     check_destination(destination, force)
-    checkpoint = resolve_checkpoint(run)
+    checkpoint = resolve_checkpoint(run, average=average)
     payload = checkpoint_payload(checkpoint, average)
     run_dir = run_dir_of(checkpoint)
     model, vocab, config = rebuild(checkpoint, payload, run_dir / VOCAB_DIR)
@@ -81,7 +81,8 @@ def export_run(
             shutil.copyfile(run_dir / PROVENANCE, staging / PROVENANCE)
         if evaluation is not None:
             copy_evaluation(evaluation, staging)
-        card = model_card(config, model, vocab, source, evaluation, table is not None, repo_id)
+        trained_by = (staging / PROVENANCE).is_file()
+        card = model_card(config, model, vocab, source, evaluation, table is not None, repo_id, trained_by)
         write_text(staging / CARD_FILE, card)
     return destination
 

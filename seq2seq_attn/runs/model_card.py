@@ -19,7 +19,7 @@ from ..model.summary import count_parameters
 from ..vocab.pieces import Vocab
 from .hub import HUB_PREFIX
 from .model_folder import CONFIG_FILE, LIBRARY, REPORT_FILE, WEIGHTS_FILE, Evaluation, figure_name
-from .run_folder import VOCAB_DIR
+from .run_folder import PROVENANCE, VOCAB_DIR
 from .shortlist_table import TABLE_FILE
 
 
@@ -31,6 +31,7 @@ def model_card(
     evaluation: Evaluation | None,
     shortlist: bool,
     repo_id: str | None,
+    provenance: bool = False,
 ) -> str:
     """README.md: the hub's YAML front matter, then what the model is, how to use it, what it was trained
     on, which checkpoint it is, how it scored and what the folder holds."""
@@ -41,7 +42,7 @@ def model_card(
         "## Training data\n\n" + _table(training_data(config)),
         "## Checkpoint\n\n" + checkpoint_text(config, source),
         "## Evaluation\n\n" + evaluation_text(evaluation),
-        "## Files\n\n" + _table(folder_files(shortlist, evaluation)),
+        "## Files\n\n" + _table(folder_files(shortlist, evaluation, provenance)),
     ]
     meta = yaml.safe_dump(front_matter(config), sort_keys=False, allow_unicode=True)
     return f"---\n{meta}---\n\n" + "\n\n".join(sections) + "\n"
@@ -77,7 +78,8 @@ def summary(config: Config) -> str:
     kinds = {
         "rnnsearch": f"an RNNsearch: its decoder attends to every source annotation ({attention} attention)",
         "rnnencdec": "an RNNencdec: its decoder reads one fixed-size vector of the source (no attention)",
-        "luong": f"Luong et al.'s input-feeding decoder with {attention} attention",
+        "luong": f"Luong et al.'s decoder {'with' if config.model.input_feeding else 'without'} input "
+        f"feeding, {attention} attention",
     }
     kind = kinds[family(config)]
     return f"A translation model for {pair}, trained with {LIBRARY}: an RNN encoder-decoder, {kind}."
@@ -177,7 +179,7 @@ def evaluation_text(evaluation: Evaluation | None) -> str:
     return "\n\n".join([*lines, evaluation.tables.rstrip()])
 
 
-def folder_files(shortlist: bool, evaluation: Evaluation | None) -> list[tuple[str, str]]:
+def folder_files(shortlist: bool, evaluation: Evaluation | None, provenance: bool) -> list[tuple[str, str]]:
     rows = [
         (CONFIG_FILE, "the format, the checkpoint it came from, the run's resolved config"),
         (WEIGHTS_FILE, "the weights (safetensors: loading runs no code)"),
@@ -187,6 +189,8 @@ def folder_files(shortlist: bool, evaluation: Evaluation | None) -> list[tuple[s
         rows.append(
             (TABLE_FILE, "the lexical shortlist, with the fingerprint of the weights it was learned from")
         )
+    if provenance:
+        rows.append((PROVENANCE, "what trained it: each sitting's commit, machine, torch and threads"))
     if evaluation is not None:
         rows.append((REPORT_FILE, "the evaluation report (`seq2seq plot curve` redraws it)"))
     if evaluation is not None and evaluation.figure is not None:

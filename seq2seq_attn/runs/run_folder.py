@@ -60,10 +60,16 @@ def run_provenance(run_dir: Path) -> list[dict[str, Any]] | None:
     return read_json(path) if path.is_file() else None
 
 
-def resolve_checkpoint(path: str | Path, which: str = BEST) -> Path:
-    """A checkpoint file given a run directory (its `best.pt`, else `latest.pt`) or a file."""
+def resolve_checkpoint(path: str | Path, which: str = BEST, average: int = 0) -> Path:
+    """A checkpoint file given a run directory (its `best.pt`, else `latest.pt`) or a file. With `average`
+    K > 0 (the mean of the run's last K step-N.pt files) a file is refused: it would not be among them."""
     path = Path(path)
     if path.is_file():
+        if average:
+            raise UserError(
+                f"{path}: averaging takes a run's last {average} checkpoints: give the run folder, not a "
+                "checkpoint file (or `seq2seq average FILE FILE ...` for the files of your choice)"
+            )
         return path
     if not path.exists():
         raise UserError(f"{path}: no such run directory or checkpoint")
@@ -137,7 +143,7 @@ def load_trained(path: str | Path, device: str | torch.device = "cpu", which: st
     `average` K > 0 the weights are the mean of the run's last K step-N.pt checkpoints, the checkpoint
     `seq2seq average RUN --last K` writes.
     """
-    file = resolve_checkpoint(path, which)
+    file = resolve_checkpoint(path, which, average)
     return rebuild(file, checkpoint_payload(file, average), run_dir_of(file) / VOCAB_DIR, device)
 
 

@@ -12,12 +12,12 @@ fewer than min_bucket_size sentences are kept and flagged ("few": true), never h
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from ...config import EvalConfig
+from ...config.schema import check_edges
 from ...data import moses
 from ...errors import UserError, setting
 
@@ -30,18 +30,6 @@ def parse_edges(text: str) -> list[int]:
     except ValueError:
         raise UserError(f"{key} {text!r}: expected comma-separated whole numbers, e.g. 0,10,20,30") from None
     return check_edges(edges, key)
-
-
-def check_edges(edges: Sequence[int], key: str = "eval.buckets") -> list[int]:
-    """The edges as a list, when they make buckets; `key` names them in the error (a config's key, or
-    where the caller set it)."""
-    edges = list(edges)
-    if not edges or edges[0] != 0 or any(low >= high for low, high in pairwise(edges)):
-        raise UserError(
-            f"bucket edges {edges}: expected strictly increasing word counts starting at 0, e.g. 0,10,20 "
-            f"({key})"
-        )
-    return edges
 
 
 def bucket_index(lengths: np.ndarray, edges: Sequence[int]) -> np.ndarray:
