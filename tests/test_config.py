@@ -141,9 +141,11 @@ def test_an_unquoted_on_or_off_is_read_as_the_choice_of_that_name(tmp_path):
     ],
 )
 def test_bad_override_is_a_clear_error(tmp_path, override, fragment):
+    """Named as the override's, not the file's: the file holds no such key or value."""
     path = write(tmp_path, "name: t\n")
-    with pytest.raises(UserError, match=re.escape(fragment)):
-        load_config(path, [override])
+    with pytest.raises(UserError, match=re.escape(fragment)) as refused:
+        load_config(path, ["train.max_steps=3", override], "--set")
+    assert str(path) not in str(refused.value) and "--set" in str(refused.value)
 
 
 def test_a_key_given_twice_is_an_error_naming_its_line(tmp_path):
