@@ -379,6 +379,16 @@ CASES = [
         ".pt: averaging takes a run's last 2 checkpoints: give the run folder",
     ),
     case(
+        "translate-attention-dash",
+        lambda t, g: translate(t, g("tiny_run_dir"), "--attention", "-"),
+        "--attention -: translate takes a file here, not the standard streams",
+    ),
+    case(
+        "average-output-dash",
+        lambda t, g: ["average", str(run_copy(t, g)), "--last", "1", "-o", "-"],
+        "--output -: average takes a file here, not the standard streams",
+    ),
+    case(
         "beam-zero",
         lambda t, g: translate(t, g("tiny_run_dir"), "--beam", "0"),
         "--beam: `decode.beam_size` must be a number >= 1, got 0",
@@ -452,12 +462,12 @@ CASES = [
     case(
         "eval-output-dash",
         lambda t, g: evaluate(t, output=Path("-")),
-        "--output -: eval reads and writes files, not the standard streams",
+        "--output -: eval takes a file here, not the standard streams",
     ),
     case(
         "eval-reference-dash",
         lambda t, g: evaluate(t, ref=Path("-")),
-        "--ref -: eval reads and writes files, not the standard streams",
+        "--ref -: eval takes a file here, not the standard streams",
     ),
     case(
         "eval-reference-missing",

@@ -27,7 +27,7 @@ from ..evaluation.models.systems import (
 )
 from ..io import check_writable
 from .config import SET
-from .options import EVAL_FLAGS, config_options
+from .options import EVAL_FLAGS, config_options, refuse_standard_streams
 
 # the `eval` keys `seq2seq eval` sets: every one but `align`'s
 EVAL_KEYS = [field.name for field in dataclasses.fields(EvalConfig) if field.name != "align_threshold"]
@@ -118,7 +118,7 @@ def eval_command(
     runs = [[path] for path in model] + [ensemble_runs(runs) for runs in ensemble]
     read = [*(("--hyp", path) for path in hyp), ("--ref", ref), ("--src", src)]
     written = [("--output", output), ("--plot", plot), ("--html", html)]
-    refuse_standard_streams([*read, *written, ("--alignment", alignment)])
+    refuse_standard_streams("eval", [*read, *written, ("--alignment", alignment)])
     check_options(hyp, runs, src, label, by_length, plot, alignment, html)
     check_settings(given, bool(runs), by_length and src is None)
     aer = read_alignment(alignment) if alignment is not None else None
@@ -166,15 +166,6 @@ def ensemble_runs(value: str) -> list[Path]:
     if len(runs) < 2 or not all(runs):
         raise UserError(f"--ensemble {value}: give two or more runs separated by commas (one run: --model)")
     return [Path(run) for run in runs]
-
-
-def refuse_standard_streams(named: list[tuple[str, Path | None]]) -> None:
-    """`-` is a file name to Path options: eval would write a file named `-` (its text table goes to
-    standard output already) or read one. Refused, where `translate` and `score` read and write the
-    standard streams."""
-    for option, path in named:
-        if path is not None and str(path) == "-":
-            raise UserError(f"{option} -: eval reads and writes files, not the standard streams; give a file")
 
 
 def kept_translations(

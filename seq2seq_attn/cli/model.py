@@ -14,6 +14,7 @@ from ..console import info
 from ..errors import UserError
 from ..io import check_readable, read_json
 from .config import CONFIG_ARG, SET, SET_OPTION
+from .options import refuse_standard_streams
 
 if TYPE_CHECKING:
     from ..runs.model_folder import Evaluation
@@ -88,6 +89,7 @@ def export_command(
 
     if plot is not None and report is None:
         raise UserError("--plot is the figure of a report: give --report too")
+    refuse_standard_streams("export", [("--output", output)])
     if push is not None:
         check_repo_id(push, "--push")
     evaluation = read_evaluation(report, plot) if report is not None else None

@@ -240,3 +240,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def refuse_standard_streams(command: str, named: list[tuple[str, Path | None]]) -> None:
+    """`-` is a file name to Path options: `command` would write a file or folder named `-`, or read one.
+    Refused where the option does not take the standard streams (`translate -i/-o` and `score -o` do)."""
+    for option, path in named:
+        if path is not None and str(path) == "-":
+            raise UserError(f"{option} -: {command} takes a file here, not the standard streams; give a name")

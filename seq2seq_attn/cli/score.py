@@ -17,7 +17,7 @@ import typer
 from ..config import DecodeConfig, choices_enum
 from ..errors import UserError
 from ..io import atomic_write, check_writable, read_lines, write_json
-from .options import MODEL_HELP, Device, device_option
+from .options import MODEL_HELP, Device, device_option, refuse_standard_streams
 
 if TYPE_CHECKING:
     from ..evaluation.models.likelihood import Scorer
@@ -78,6 +78,7 @@ def score_command(
     from ..model.device import resolve_device
 
     check_options(model, tgt, nbest, best, pieces, report)
+    refuse_standard_streams("score", [("--report", report)])
     factors = parse_weights(weights, len(model))  # a bad option fails before any model loads
     for destination in [report] + ([Path(output)] if output != "-" else []):
         if destination is not None:

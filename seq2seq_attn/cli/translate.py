@@ -19,7 +19,7 @@ from ..config import DecodeConfig
 from ..console import info
 from ..errors import UserError
 from ..io import check_readable, check_writable
-from .options import Device, Flag, config_options, device_option, models_option
+from .options import Device, Flag, config_options, device_option, models_option, refuse_standard_streams
 
 SEARCH, SPEED, OUTPUT = "Search", "Speed", "Output"  # the panels of `translate --help`
 
@@ -84,6 +84,7 @@ def translate_command(
     in order. The Search, Speed and Output options override the run's `decode` key named in parentheses."""
     if average < 0:
         raise UserError(f"--average must be >= 0, got {average}")
+    refuse_standard_streams("translate", [("--attention", attention)])
     if input_path != "-":
         check_readable(input_path)  # a missing input or output folder fails before loading the model
     if output_path != "-":
@@ -118,6 +119,7 @@ def average_command(
     from ..runs.checkpoint import save_checkpoint
     from ..runs.run_folder import average_latest
 
+    refuse_standard_streams("average", [("--output", output)])
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:
             raise UserError(f"{paths[0]}: is a run directory; give --last K (K >= 1) checkpoints to average")
