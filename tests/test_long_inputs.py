@@ -48,6 +48,18 @@ def test_files_of_different_lengths_are_one_line_naming_both(tmp_path: Path):
     assert_one_line_error(run_main(*args), f"{src} has 3 lines but {ref} has 2: they must be line-aligned")
 
 
+def test_a_folder_with_another_commands_manifest_is_refused(tmp_path: Path):
+    src, ref = tmp_path / "test.en", tmp_path / "test.fr"
+    src.write_text("a\nb\nc\n", encoding="utf-8")
+    ref.write_text("x\ny\nz\n", encoding="utf-8")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text('{"format": 2, "splits": {}}', encoding="utf-8")  # prepare's
+    args = ["data", "long-inputs", "--src", str(src), "--ref", str(ref), "-o", str(data)]
+    assert_one_line_error(run_main(*args), f"{data}: its manifest.json is another command's")
+    assert (data / "manifest.json").read_text(encoding="utf-8") == '{"format": 2, "splits": {}}'
+
+
 def test_the_command_writes_the_set_and_its_manifest(tmp_path: Path):
     src, ref = tmp_path / "test.en", tmp_path / "test.fr"
     src.write_text("".join(line + "\n" for line in SOURCES), encoding="utf-8")

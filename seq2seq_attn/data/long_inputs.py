@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from ..io import read_lines, sha256_file, write_json, write_text
+from ..io import read_json, read_lines, sha256_file, write_json, write_text
 
 SOURCE, REFERENCE, MANIFEST = "long.src", "long.tgt", "manifest.json"
+WHAT = "consecutive test pairs joined into long inputs (concatenated, not natural sentences)"
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,26 @@ def join_pairs(
     )
 
 
+def check_own_folder(folder: Path) -> None:
+    """A folder whose manifest.json another command wrote (a prepared data folder's) is not ours to write
+    into: its record would be lost."""
+    manifest = folder / MANIFEST
+    if manifest.is_file():
+        try:
+            ours = read_json(manifest).get("what") == WHAT
+        except (UserError, AttributeError):
+            ours = False
+        if not ours:
+            raise UserError(
+                f"{folder}: its {MANIFEST} is another command's; give the long inputs a folder of their own"
+            )
+
+
 def write_long_inputs(
     src: Path, ref: Path, folder: Path, most: int = 8, max_words: int = 200, seed: int = 1
 ) -> LongInputs:
     """Join `src` and `ref` (line-aligned test files) and write the set and its manifest into `folder`."""
+    check_own_folder(folder)
     built = join_pairs(
         list(read_lines(src)), list(read_lines(ref)), most, max_words, seed, (str(src), str(ref))
     )
@@ -86,7 +103,7 @@ def write_long_inputs(
     write_json(
         folder / MANIFEST,
         {
-            "what": "consecutive test pairs joined into long inputs (concatenated, not natural sentences)",
+            "what": WHAT,
             "source": {"path": str(src), "sha256": sha256_file(src)},
             "reference": {"path": str(ref), "sha256": sha256_file(ref)},
             "sentences_per_input": [2, most],
