@@ -156,7 +156,7 @@ class HostedModel:
     async def score(self, sources: Sequence[str], targets: Sequence[str]) -> list[Score]:
         """Forced decoding of each pair, in a search thread, taking turns with the searches between its
         pairs (an ensemble refuses, as the API). Cancelled (its client left), it stops before its next
-        batch; a stopping server (`stop`) answers its error at once and stops it before its next batch."""
+        pair; a stopping server (`stop`) answers its error at once and stops it before its next pair."""
         turn = self.turns.turn()
         loop = asyncio.get_running_loop()
         work = loop.run_in_executor(self.executor, self._score, turn, list(sources), list(targets))

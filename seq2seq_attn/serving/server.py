@@ -59,6 +59,12 @@ def raw_response(status: str, message: str | None = None) -> bytes:
     return head + kind + b"\r\n" + body
 
 
+def cancelled(timer: Any) -> None:
+    """Cancel `timer` (an event loop's handle, or None); None, for the attribute that held it."""
+    if timer is not None:
+        timer.cancel()
+
+
 class GuardedProtocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a deadline for a request's headers and a cap on open connections
     (module docstring)."""
@@ -82,8 +88,8 @@ class GuardedProtocol(H11Protocol):
         self._await_headers()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_timer()
-        self._cancel_answer_timer()
+        self.headers_due = cancelled(self.headers_due)
+        self.answer_due = cancelled(self.answer_due)
         super().connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -93,7 +99,7 @@ class GuardedProtocol(H11Protocol):
 
     def resume_writing(self) -> None:
         super().resume_writing()
-        self._cancel_answer_timer()
+        self.answer_due = cancelled(self.answer_due)
 
     def timeout_keep_alive_handler(self) -> None:
         super().timeout_keep_alive_handler()
@@ -107,7 +113,7 @@ class GuardedProtocol(H11Protocol):
         cycle = self.cycle
         super().handle_events()
         if self.cycle is not cycle:  # a request's headers arrived
-            self._cancel_timer()
+            self.headers_due = cancelled(self.headers_due)
 
     def on_response_complete(self) -> None:
         self._await_headers()  # the next request's (first: an answer may start a pipelined request at once)
@@ -115,13 +121,8 @@ class GuardedProtocol(H11Protocol):
         self._bound_unsent()
 
     def _await_headers(self) -> None:
-        self._cancel_timer()
+        self.headers_due = cancelled(self.headers_due)
         self.headers_due = self.loop.call_later(self.limits.header_timeout, self._headers_late)
-
-    def _cancel_timer(self) -> None:
-        if self.headers_due is not None:
-            self.headers_due.cancel()
-            self.headers_due = None
 
     def send_400_response(self, msg: str) -> None:
         """A request uvicorn cannot parse (bad framing, a bad Content-Length, no Host, ...) is refused as
@@ -147,11 +148,6 @@ class GuardedProtocol(H11Protocol):
     def _await_reading(self) -> None:
         if self.answer_due is None:
             self.answer_due = self.loop.call_later(self.limits.answer_timeout, self.transport.abort)
-
-    def _cancel_answer_timer(self) -> None:
-        if self.answer_due is not None:
-            self.answer_due.cancel()
-            self.answer_due = None
 
 
 class GracefulServer(uvicorn.Server):
