@@ -756,6 +756,10 @@ class EvalConfig:
         short="For --method threshold.",
     )
 
+    def check(self, where: str) -> None:
+        """The edges must make buckets: every scoring command would refuse them, after a whole training."""
+        check_edges(self.buckets, f"eval.buckets in {where}")
+
 
 @dataclass
 class Config:

@@ -354,7 +354,7 @@ def _row_pair(row: Mapping[str, Any], hf: HuggingFaceConfig, data: DataConfig) -
         src, tgt = (data.src_lang, "data.src_lang"), (data.tgt_lang, "data.tgt_lang")
     else:
         src, tgt = (hf.src_field, "data.huggingface.src_field"), (hf.tgt_field, "data.huggingface.tgt_field")
-    return _one_line(_field(row, *src), src[1]), _one_line(_field(row, *tgt), tgt[1])
+    return _text(_field(row, *src), src[1]), _text(_field(row, *tgt), tgt[1])
 
 
 def _field(row: Mapping[str, Any], name: str, key: str) -> Any:
@@ -365,16 +365,16 @@ def _field(row: Mapping[str, Any], name: str, key: str) -> Any:
         raise UserError(f"`{key}`: no field {name!r} in the dataset rows (has: {has})") from None
 
 
-def _one_line(value: Any, key: str) -> str:
-    """A segment as one line: the output files are line-aligned, so embedded line breaks become spaces. A
+def _text(value: Any, key: str) -> str:
+    """A segment's text (its line breaks become spaces where every split is prepared, `without_breaks`). A
     number is its text (a CSV column of numbers reads as numbers); another value is an error naming `key`."""
     if value is None:
         return ""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        value = str(value)
+        return str(value)
     if not isinstance(value, str):
         raise UserError(f"`{key}`: a {type(value).__name__} in the dataset rows, expected text")
-    return value.replace("\r", " ").replace("\n", " ")
+    return value
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -51,9 +51,7 @@ class ConnectionLimits:
     keep_alive: float = 5.0  # an idle connection between two requests
     max_connections: int = field(default_factory=_half_the_open_files)
     grace: float = 15.0
-    answer_timeout: float = (
-        30.0  # an answer stuck unsent (the client not reading) before the connection drops
-    )
+    answer_timeout: float = 30.0  # an answer stuck unsent (its client not reading) before it is dropped
 
 
 class Refusal(Exception):
