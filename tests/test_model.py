@@ -23,7 +23,7 @@ from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from seq2seq_attn.errors import UserError
-from seq2seq_attn.model import build_model
+from seq2seq_attn.model import build_model, recurrent
 from seq2seq_attn.model.recurrent import RNN_CLASSES, RecurrentStack
 
 torch.set_num_threads(1)
@@ -180,6 +180,33 @@ def test_autocast_encodes_what_attention_reads_once_in_its_dtype():
     assert (enc.annotations[1, 3:] == 0).all()  # padding stays exactly zero
     assert weights.dtype == torch.float32 and (weights[1, :, 3:] == 0).all()
     assert features.dtype == state.hidden.dtype == torch.bfloat16
+
+
+def library_rnn_outputs(model, src, lengths, tgt_in, state) -> tuple[torch.Tensor, torch.Tensor]:
+    """The annotations, and the outputs of a decoder run over all steps at once from `state`."""
+    annotations = model.encode(src, lengths).annotations
+    outputs, _, _ = model.decoder.rnn.run(model.decoder.embed(tgt_in), state.hidden, state.cell)
+    return annotations, outputs
+
+
+@pytest.mark.parametrize("onednn_lacks_bf16", [False, True])
+def test_an_lstm_runs_under_cpu_autocast_on_every_cpu(onednn_lacks_bf16, monkeypatch):
+    """Autocast hands the CPU LSTM's oneDNN kernel bf16, which CPUs without AVX-512 (AMD Zen 3) cannot
+    build: there (the True case, as such a CPU answers) the encoder's and a whole-sequence decoder's LSTMs
+    run in fp32 and give exactly the fp32 results; elsewhere within bf16's rounding of them."""
+    if onednn_lacks_bf16:
+        monkeypatch.setattr(recurrent, "onednn_lacks_bf16", lambda: True)
+    model = tiny_model("lstm-bi-2", "general", "luong-nofeed")
+    src, lengths, tgt_in = batch()
+    state = model.init_state(model.encode(src, lengths))  # in fp32
+    fp32 = library_rnn_outputs(model, src, lengths, tgt_in, state)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = library_rnn_outputs(model, src, lengths, tgt_in, state)
+    for mine, theirs in zip(autocast, fp32, strict=True):
+        if onednn_lacks_bf16:
+            assert mine.dtype == torch.float32 and torch.equal(mine, theirs)
+        else:
+            torch.testing.assert_close(mine.float(), theirs, atol=0.05, rtol=0.05)
 
 
 OVERFIT = variants(["gru-bi-1"], ATTENTIONS, DECODERS) + [

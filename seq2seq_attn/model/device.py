@@ -107,6 +107,14 @@ def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
 
 
 @functools.cache
+def onednn_lacks_bf16() -> bool:
+    """Whether this CPU's oneDNN, where torch runs the LSTM, has no bf16 kernels (CPUs without AVX-512,
+    such as AMD Zen 3): autocast hands it bf16 there all the same, and the LSTM fails
+    (recurrent.run_library keeps it out of autocast)."""
+    return torch.backends.mkldnn.is_available() and not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+@functools.cache
 def _warn_slow_bf16() -> None:
     warn(
         "precision bf16 on a CPU without AVX-512 BF16 or AMX: bf16 products are emulated there and run "

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from ..vocab.pieces import PAD_ID
-from .recurrent import RNN_CLASSES
+from .recurrent import RNN_CLASSES, run_library
 
 
 class Encoder(nn.Module):
@@ -60,9 +60,9 @@ class Encoder(nn.Module):
         for k, rnns in enumerate(self.layers):
             if k:
                 x = F.dropout(x, self.dropout_between, self.training)
-            outputs = [rnns[0](x)[0]]  # fwd h_j: (batch, src_len, hidden)
+            outputs = [run_library(rnns[0], x)[0]]  # fwd h_j: (batch, src_len, hidden)
             if self.directions == 2:
-                backward, _ = rnns[1](reorder(x, reverse))
+                backward, _ = run_library(rnns[1], reorder(x, reverse))
                 outputs.append(reorder(backward, reverse))  # bwd h_j, back in source order
             x = torch.cat(outputs, dim=-1)  # (batch, src_len, output_size)
         annotations = x * mask.unsqueeze(-1)  # zeros at padding

@@ -28,7 +28,26 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from .device import onednn_lacks_bf16
+
 RNN_CLASSES: dict[str, type[nn.RNNBase]] = {"gru": nn.GRU, "lstm": nn.LSTM}
+
+
+def run_library(
+    rnn: nn.RNNBase, inputs: Tensor, state: Tensor | tuple[Tensor, Tensor] | None = None
+) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor]]:
+    """rnn(inputs, state); an LSTM in fp32 on a CPU under autocast where oneDNN has no bf16 kernels.
+
+    Autocast hands the CPU LSTM's oneDNN kernel bf16 whether or not the CPU has one, and without one it
+    fails ("could not create a primitive descriptor for the LSTM forward propagation primitive"). The GRU
+    has no oneDNN kernel: its products run in bf16 under autocast on every CPU."""
+    cpu_autocast = inputs.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+    if not (cpu_autocast and isinstance(rnn, nn.LSTM) and onednn_lacks_bf16()):
+        return rnn(inputs, state)
+    if state is not None:
+        state = tuple(s.float() for s in state)
+    with torch.autocast("cpu", enabled=False):
+        return rnn(inputs.float(), state)
 
 
 @dataclass
@@ -92,9 +111,9 @@ class RecurrentStack(nn.Module):
             return inputs.new_empty(inputs.size(0), 0, self.rnn.hidden_size), hidden, cell
         h0 = hidden.transpose(0, 1).contiguous()  # (layers, batch, hidden)
         if self.is_lstm:
-            outputs, (h, c) = self.rnn(inputs, (h0, cell.transpose(0, 1).contiguous()))
+            outputs, (h, c) = run_library(self.rnn, inputs, (h0, cell.transpose(0, 1).contiguous()))
             return outputs, h.transpose(0, 1), c.transpose(0, 1)
-        outputs, h = self.rnn(inputs, h0)
+        outputs, h = run_library(self.rnn, inputs, h0)
         return outputs, h.transpose(0, 1), None
 
     def project_static(self, static: Tensor) -> Tensor:
