@@ -6,6 +6,7 @@ share one learning-rate schedule."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -119,6 +120,15 @@ def test_a_checkpoint_that_left_its_folders_to_the_defaults_resumes_from_where_t
     monkeypatch.chdir(workdir)  # where data/tiny is, as it was
     train_module.train(config_of(workdir, "train.max_steps=3", NO_BLEU, "data.dir=data/tiny"), resume=True)
     assert latest(workdir)["step"] == 3
+
+
+def test_a_project_folder_moved_elsewhere_resumes_there(workdir, tmp_path):
+    """The config, data and run folders moved together (another disk, another machine): the checkpoint's
+    paths name the old place, which says where files were, not what they hold, so the run resumes."""
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
+    moved = shutil.move(workdir, tmp_path / "elsewhere")
+    train_module.train(config_of(moved, "train.max_steps=3", NO_BLEU), resume=True)
+    assert latest(moved)["step"] == 3
 
 
 def test_a_resume_under_another_schedule_takes_its_rates_not_the_plateaus_decay(workdir):

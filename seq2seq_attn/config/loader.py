@@ -293,6 +293,19 @@ def resolve_paths(config: Any, base: Path) -> None:
             setattr(config, f.name, str(path if path.is_absolute() else (base / path).resolve()))
 
 
+def path_keys(cls: type = Config, prefix: str = "") -> set[str]:
+    """The dotted names of the keys that name a file or folder (`path=True`): where files are, not what
+    they hold."""
+    keys = set()
+    for f in dataclasses.fields(cls):
+        kind = field_types(cls)[f.name]
+        if dataclasses.is_dataclass(kind):
+            keys |= path_keys(kind, f"{prefix}{f.name}.")
+        elif f.metadata.get("path"):
+            keys.add(f"{prefix}{f.name}")
+    return keys
+
+
 def to_dict(config: Any) -> dict:
     return dataclasses.asdict(config)
 

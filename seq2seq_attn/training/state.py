@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..config import Config, TrainConfig, from_dict, to_dict
-from ..config.loader import settle_locations
+from ..config.loader import path_keys
 from ..errors import UserError
 from ..runs.checkpoint import load_checkpoint
 from ..runs.run_folder import LATEST, checkpoint_dir
@@ -28,7 +28,10 @@ from .log import improves, rank_value
 from .optim import Schedule, load_optimizer_state
 
 FORMAT = 1
-RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means
+# Config sections that fix what a checkpoint means. Their path keys are left out: they say where the files
+# are, not what they hold (a project folder moved or copied to another machine resumes), and the vocabulary
+# a resume reads is checked by its content (`check_vocabulary`).
+RESUME_CRITICAL = ("data", "vocab", "model")
 
 
 @dataclass
@@ -85,10 +88,9 @@ def check_vocabulary(state: dict[str, Any], config: Config, vocab_fingerprint: s
 
 def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
     saved_config = from_dict(state["config"], where=f"{path} (config)")
-    settle_locations(saved_config)  # a checkpoint that left the data folder to its default ('') names it
     old = _flatten({k: to_dict(saved_config)[k] for k in RESUME_CRITICAL})
     new = _flatten({k: to_dict(config)[k] for k in RESUME_CRITICAL})
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    changed = sorted(k for k in (old.keys() | new.keys()) - path_keys() if old.get(k) != new.get(k))
     if changed:
         first = changed[0]
         more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
