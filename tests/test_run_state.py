@@ -93,6 +93,7 @@ def test_a_resumed_run_uses_its_configs_optimizer_settings(workdir):
         ("train.valid_bleu=true", "the ranking metric .* was 'loss', now 'bleu'"),
         ("train.valid_max_sentences=3", "train.valid_max_sentences was 0, now 3"),
         ("vocab.size=50", "config changed: vocab.size was 120, now 50"),
+        ("data.dir=other", "config changed: data.dir was '.*/data', now '.*/other'"),
     ],
 )
 def test_resume_refuses_a_new_optimizer_ranking_metric_dev_set_or_vocabulary_and_writes_nothing(
@@ -124,7 +125,8 @@ def test_a_checkpoint_that_left_its_folders_to_the_defaults_resumes_from_where_t
 
 def test_a_project_folder_moved_elsewhere_resumes_there(workdir, tmp_path):
     """The config, data and run folders moved together (another disk, another machine): the checkpoint's
-    paths name the old place, which says where files were, not what they hold, so the run resumes."""
+    paths name the old place, but the data folder is where it was beside the run folder, so the run
+    resumes (a data folder of another place is refused, above)."""
     train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
     moved = shutil.move(workdir, tmp_path / "elsewhere")
     train_module.train(config_of(moved, "train.max_steps=3", NO_BLEU), resume=True)

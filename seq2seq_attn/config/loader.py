@@ -294,8 +294,7 @@ def resolve_paths(config: Any, base: Path) -> None:
 
 
 def path_keys(cls: type = Config, prefix: str = "") -> set[str]:
-    """The dotted names of the keys that name a file or folder (`path=True`): where files are, not what
-    they hold."""
+    """The dotted names of the keys that name a file or folder (`path=True`)."""
     keys = set()
     for f in dataclasses.fields(cls):
         kind = field_types(cls)[f.name]

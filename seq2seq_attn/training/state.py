@@ -9,6 +9,7 @@ as an uninterrupted run (CPU, same thread count). It is written as any checkpoin
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from ..config import Config, TrainConfig, from_dict, to_dict
-from ..config.loader import path_keys
+from ..config.loader import path_keys, settle_locations
 from ..errors import UserError
 from ..runs.checkpoint import load_checkpoint
 from ..runs.run_folder import LATEST, checkpoint_dir
@@ -28,10 +29,7 @@ from .log import improves, rank_value
 from .optim import Schedule, load_optimizer_state
 
 FORMAT = 1
-# Config sections that fix what a checkpoint means. Their path keys are left out: they say where the files
-# are, not what they hold (a project folder moved or copied to another machine resumes), and the vocabulary
-# a resume reads is checked by its content (`check_vocabulary`).
-RESUME_CRITICAL = ("data", "vocab", "model")
+RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means
 
 
 @dataclass
@@ -88,9 +86,11 @@ def check_vocabulary(state: dict[str, Any], config: Config, vocab_fingerprint: s
 
 def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
     saved_config = from_dict(state["config"], where=f"{path} (config)")
+    settle_locations(saved_config)  # a checkpoint that left the data folder to its default ('') names it
     old = _flatten({k: to_dict(saved_config)[k] for k in RESUME_CRITICAL})
     new = _flatten({k: to_dict(config)[k] for k in RESUME_CRITICAL})
-    changed = sorted(k for k in (old.keys() | new.keys()) - path_keys() if old.get(k) != new.get(k))
+    moved = {key for key in path_keys() if _moved_along(old.get(key), new.get(key), saved_config, config)}
+    changed = sorted(k for k in (old.keys() | new.keys()) - moved if old.get(k) != new.get(k))
     if changed:
         first = changed[0]
         more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
@@ -106,6 +106,14 @@ def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
                 f"{path}: cannot resume: {setting} was {was!r}, now {now[setting]!r}: the saved state was "
                 "built under it (set it back, or train into a new run directory)"
             )
+
+
+def _moved_along(was: str | None, now: str | None, saved: Config, config: Config) -> bool:
+    """Whether the file or folder a path key names moved with the run folder: the same path relative to
+    it, so a project folder (config, data and run) moved or copied elsewhere resumes there."""
+    if not (was and now):
+        return False
+    return os.path.relpath(was, saved.run_dir) == os.path.relpath(now, config.run_dir)
 
 
 def _state_terms(train: TrainConfig) -> dict[str, Any]:
