@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import config_of, metrics, quiet_env, torchrun_train
+from helpers import config_of, metrics, quiet_env, run_main, torchrun_train
 
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.runs import run_folder
@@ -131,6 +131,26 @@ def test_a_project_folder_moved_elsewhere_resumes_there(workdir, tmp_path):
     moved = shutil.move(workdir, tmp_path / "elsewhere")
     train_module.train(config_of(moved, "train.max_steps=3", NO_BLEU), resume=True)
     assert latest(moved)["step"] == 3
+
+
+def test_resume_keeps_an_average_named_like_a_step_file(workdir):
+    """An average the user put in the checkpoint folder as step-1-2-avg.pt is not training's: a resume,
+    which removes the step-N.pt files its checkpoint does not list, leaves it."""
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
+    average = workdir / "run" / "checkpoints" / "step-1-2-avg.pt"
+    assert run_main("average", str(workdir / "run"), "--last", "1", "-o", str(average)).returncode == 0
+    train_module.train(config_of(workdir, "train.max_steps=3", NO_BLEU), resume=True)
+    assert average.is_file()
+
+
+def test_a_latest_pt_without_training_state_is_refused_in_one_line(workdir):
+    """An average or a model copied over latest.pt holds weights but no optimiser, schedule or position."""
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
+    state = latest(workdir)
+    model_only = {key: state[key] for key in ("config", "model", "step", "vocab_fingerprint")}
+    torch.save(model_only, workdir / "run" / "checkpoints" / "latest.pt")
+    with pytest.raises(UserError, match="latest.pt: cannot resume: not a training checkpoint .no optimizer,"):
+        train_module.train(config_of(workdir, "train.max_steps=3", NO_BLEU), resume=True)
 
 
 def test_a_resume_under_another_schedule_takes_its_rates_not_the_plateaus_decay(workdir):

@@ -15,7 +15,16 @@ import numpy as np
 import pytest
 import torch
 import typer
-from helpers import ScriptedModel, make_run_dir, record_compiles, run_main, tiny_config, write_corpus
+from helpers import (
+    ScriptedModel,
+    assert_one_line_error,
+    make_run_dir,
+    record_compiles,
+    run_main,
+    snapshot,
+    tiny_config,
+    write_corpus,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -211,6 +220,17 @@ def test_average_is_the_mean_of_the_last_k_and_translate_can_use_it(run_with_thr
     assert by_file.exit_code == by_option.exit_code == 0, by_option.output
     assert by_file.stdout == by_option.stdout
     assert len(by_file.stdout.splitlines()) == 3
+
+
+@pytest.mark.parametrize("name", ["best.pt", "latest.pt", "step-2.pt"])
+def test_average_refuses_to_write_over_a_file_training_manages(run_with_three_checkpoints, name):
+    """best.pt is a link to a step-N.pt (an atomic write follows it), latest.pt is the resume point and
+    step-N.pt files are training's to replace and prune: writing an average there lost checkpoints."""
+    folder = run_with_three_checkpoints / "checkpoints"
+    before = snapshot(folder)
+    result = run_main("average", str(run_with_three_checkpoints), "--last", "2", "-o", str(folder / name))
+    assert_one_line_error(result, f"--output {folder / name}", "average.pt")
+    assert snapshot(folder) == before
 
 
 def test_checkpoints_of_different_models_are_not_averaged(run_with_three_checkpoints, tmp_path):

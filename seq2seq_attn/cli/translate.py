@@ -42,7 +42,7 @@ DECODE_FLAGS = {
 
 OUTPUT_AVERAGE_HELP = (
     "Averaged checkpoint to write (atomically); put it in the run's checkpoints/ folder so `translate "
-    "--model` finds the run's vocabulary."
+    "--model` finds the run's vocabulary, under a name of its own (not best.pt, latest.pt or step-N.pt)."
 )
 
 
@@ -117,9 +117,14 @@ def average_command(
     """Average the weights of several checkpoints of one run into one checkpoint."""
     from ..runs.average import average_checkpoints
     from ..runs.checkpoint import save_checkpoint
-    from ..runs.run_folder import average_latest
+    from ..runs.run_folder import average_latest, written_by_training
 
     refuse_standard_streams("average", [("--output", output)])
+    if written_by_training(output):
+        raise UserError(
+            f"--output {output}: a name training writes and replaces (latest.pt, best.pt, step-N.pt); "
+            "give another, such as checkpoints/average.pt"
+        )
     if len(paths) == 1 and paths[0].is_dir():
         if last < 1:
             raise UserError(f"{paths[0]}: is a run directory; give --last K (K >= 1) checkpoints to average")

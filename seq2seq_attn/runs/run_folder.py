@@ -86,6 +86,22 @@ def step_file(folder: Path, step: int) -> Path:
     return folder / f"step-{step}.pt"
 
 
+def _step_of(path: Path) -> int | None:
+    """N for a best-K `step-N.pt`; None for any other name (an averaged `step-30-40-avg.pt`)."""
+    number = path.name.removeprefix("step-").removesuffix(".pt")
+    return int(number) if path.name == f"step-{number}.pt" and number.isdigit() else None
+
+
+def step_files(folder: Path) -> dict[int, Path]:
+    """A run's best-K `step-N.pt` files by step N; files of other names are not training's."""
+    return {step: path for path in folder.glob("step-*.pt") if (step := _step_of(path)) is not None}
+
+
+def written_by_training(path: Path) -> bool:
+    """Whether `path` is a name training writes, replaces and removes in a run's checkpoint folder."""
+    return path.parent.name == CHECKPOINT_DIR and (path.name in (LATEST, BEST) or _step_of(path) is not None)
+
+
 def point_best(folder: Path, target: Path) -> None:
     """Atomically make `best.pt` a relative symbolic link to `target`."""
     tmp = folder / f".{BEST}.link{TEMP_SUFFIX}"  # (a stale one is removed when training restarts)
@@ -106,11 +122,7 @@ def latest_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     if not Path(run_dir).is_dir():
         raise UserError(f"{run_dir}: no such run directory")
     folder = checkpoint_dir(run_dir)
-    by_step = {
-        int(p.stem.removeprefix("step-")): p
-        for p in folder.glob("step-*.pt")
-        if p.stem.removeprefix("step-").isdigit()
-    }
+    by_step = step_files(folder)
     if k < 1 or len(by_step) < k:
         raise UserError(
             f"{folder}: cannot average the last {k} checkpoints, the run has {len(by_step)} step-N.pt files"
@@ -219,7 +231,7 @@ def match_kept(folder: Path, kept: list[dict]) -> None:
     writing a new step-N.pt and pointing best.pt at it but before latest.pt, leaves files that no
     checkpoint lists; nothing would ever remove them, and averaging the last K would take them."""
     listed = {step_file(folder, entry["step"]) for entry in kept}
-    for path in folder.glob("step-*.pt"):
+    for path in step_files(folder).values():
         if path not in listed:
             path.unlink()
     if kept:

@@ -30,6 +30,7 @@ from .optim import Schedule, load_optimizer_state
 
 FORMAT = 1
 RESUME_CRITICAL = ("data", "vocab", "model")  # config sections that fix what a checkpoint means
+TRAINING_STATE = ("config", "model", "optimizer", "schedule", "data", "rng", "progress")  # read by `restore`
 
 
 @dataclass
@@ -68,6 +69,12 @@ def resume_point(config: Config, required: bool) -> dict[str, Any] | None:
     latest = checkpoint_dir(config.run_dir) / LATEST
     if latest.is_file():
         state = load_checkpoint(latest)
+        missing = [key for key in TRAINING_STATE if key not in state]
+        if missing:
+            raise UserError(
+                f"{latest}: cannot resume: not a training checkpoint (no {', '.join(missing)}; an average "
+                "or a copied model has none); train into a new run directory"
+            )
         _check_resumable(state, config, latest)
         return state
     if required:
