@@ -25,7 +25,7 @@ from seq2seq_attn.decoding.shortlist_learning import build_table, coverage, freq
 from seq2seq_attn.decoding.translate import Translator
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.runs.checkpoint import load_checkpoint, save_checkpoint, weights_fingerprint
-from seq2seq_attn.runs.run_folder import load_trained
+from seq2seq_attn.runs.run_folder import load_trained, point_best
 from seq2seq_attn.runs.shortlist_table import SPECIAL_IDS, LexicalTable, load_table, save_table
 
 
@@ -201,3 +201,7 @@ def test_a_table_knows_its_checkpoint_and_warns_once_for_other_weights(tiny_run_
     assert "learned from best.pt as it was then, not from the weights translating now (best.pt)" in translate(
         run
     )
+    point_best(best.parent, other)  # best.pt links to step-7.pt now, whose own table is there
+    assert "learned from" not in translate(run)
+    exported = run_main("export", str(run), "-o", str(tmp_path / "folder"))
+    assert exported.returncode == 0 and b"learned from" not in exported.stderr

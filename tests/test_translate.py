@@ -7,6 +7,7 @@ import dataclasses
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,7 @@ from seq2seq_attn.decoding.translate import Translator, piece_words, translate_s
 from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.models.heatmap import MAX_INCHES, MIN_FONT, attention_files, axis_layout
 from seq2seq_attn.runs.average import average_checkpoints
-from seq2seq_attn.runs.checkpoint import load_checkpoint
+from seq2seq_attn.runs.checkpoint import load_checkpoint, save_checkpoint
 from seq2seq_attn.runs.run_folder import latest_checkpoints, load_trained
 from seq2seq_attn.vocab.pieces import EOS_ID, UNK_ID
 
@@ -231,6 +232,26 @@ def test_average_refuses_to_write_over_a_file_training_manages(run_with_three_ch
     result = run_main("average", str(run_with_three_checkpoints), "--last", "2", "-o", str(folder / name))
     assert_one_line_error(result, f"--output {folder / name}", "average.pt")
     assert snapshot(folder) == before
+
+
+def test_a_run_whose_checkpoints_folder_links_to_another_disk_loads(run_with_three_checkpoints, tmp_path):
+    """checkpoints/ moved to a scratch disk and linked back: the run is the folder above the link."""
+    run = run_with_three_checkpoints
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.move(run / "checkpoints", scratch / "checkpoints")
+    (run / "checkpoints").symlink_to(scratch / "checkpoints")
+    result = run_main("translate", "--model", str(run), stdin=b"the cat sat\n")
+    assert result.returncode == 0 and len(result.stdout.splitlines()) == 1, result.stderr
+
+
+def test_a_best_pt_whose_checkpoint_is_gone_is_named_not_passed_over(run_with_three_checkpoints):
+    """best.pt linking to a removed step-N.pt fell back to latest.pt (other weights) without a word."""
+    folder = run_with_three_checkpoints / "checkpoints"
+    (folder / "step-3.pt").unlink()
+    save_checkpoint(folder / "latest.pt", load_checkpoint(folder / "step-2.pt"))
+    result = run_main("translate", "--model", str(run_with_three_checkpoints), stdin=b"the cat sat\n")
+    assert_one_line_error(result, f"{folder / 'best.pt'}: links to step-3.pt, which is missing")
 
 
 def test_checkpoints_of_different_models_are_not_averaged(run_with_three_checkpoints, tmp_path):

@@ -78,6 +78,8 @@ def resolve_checkpoint(path: str | Path, which: str = BEST, average: int = 0) ->
         candidate = folder / name
         if candidate.is_file():
             return candidate
+        if candidate.is_symlink():  # best.pt left pointing at a step-N.pt that is gone
+            raise UserError(f"{candidate}: links to {os.readlink(candidate)}, which is missing")
     raise UserError(f"{path}: run directory has no checkpoint (expected {folder}/{which} or {LATEST})")
 
 
@@ -113,8 +115,11 @@ def point_best(folder: Path, target: Path) -> None:
 
 
 def run_dir_of(checkpoint: Path) -> Path:
-    """`runs/x/checkpoints/step-N.pt` -> `runs/x`."""
-    return checkpoint.resolve().parent.parent
+    """`runs/x/checkpoints/step-N.pt` -> `runs/x`: the run above the checkpoint as named (a checkpoints
+    folder linked to a scratch disk stays in its run), else above the file it links to (a link to a run's
+    checkpoint from elsewhere)."""
+    named = Path(os.path.abspath(checkpoint)).parent.parent
+    return named if (named / VOCAB_DIR).is_dir() else Path(checkpoint).resolve().parent.parent
 
 
 def latest_checkpoints(run_dir: str | Path, k: int) -> list[Path]:

@@ -73,9 +73,10 @@ def save_table(table: LexicalTable, run_dir: Path) -> Path:
 
 
 def find_table(run_dir: Path, checkpoint: Path) -> Path | None:
-    """The table for translating with `checkpoint`: the one learned from it, else the run's; None when
-    the run has neither."""
-    for path in (table_path(run_dir, checkpoint), Path(run_dir) / TABLE_FILE):
+    """The table for translating with `checkpoint`: the one learned from the file it is (best.pt's
+    step-N.pt), else from it as named, else the run's; None when the run has none of them."""
+    named = Path(checkpoint)
+    for path in (table_path(run_dir, named.resolve()), table_path(run_dir, named), run_dir / TABLE_FILE):
         if path.is_file():
             return path
     return None
