@@ -84,8 +84,8 @@ def atomic_folder(path: str | Path, replace: bool = False) -> Iterator[Path]:
     a non-empty one only with `replace`: moved aside, the new one renamed in, the old one removed (between
     the two renames `path` is absent for an instant), else the rename fails with OSError. On failure the
     temporary folder is removed."""
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
+    path = Path(os.path.abspath(path))  # `.` or `..` named: the folder's own name, which a rename can take
+    parent = path.parent
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=parent))
     os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes a 0700 folder; give the usual permissions
     try:
@@ -95,7 +95,11 @@ def atomic_folder(path: str | Path, replace: bool = False) -> Iterator[Path]:
             fsync_dir(parent)
             return
         aside = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=parent))
-        os.replace(path, aside)
+        try:
+            os.replace(path, aside)
+        except BaseException:
+            aside.rmdir()
+            raise
         try:
             os.rename(staging, path)
         except BaseException:

@@ -287,6 +287,12 @@ def test_bad_input_and_unsafe_outputs_are_one_line_errors(
         assert_one_line_error(run_main("export", str(tiny_run_dir), *args), message)
     assert_one_line_error(run_main("export", str(tmp_path / "nope"), "-o", str(out)), "no such run directory")
     assert not out.exists() and (taken / "notes.txt").read_text(encoding="utf-8") == "mine"
+    link = tmp_path / "current"  # a link to an earlier export: renaming over it would replace the link
+    link.symlink_to(exported)
+    before = sorted(tmp_path.iterdir())
+    result = run_main("export", str(tiny_run_dir), "-o", str(link), "--force")
+    assert_one_line_error(result, f"{link}: is a link; give the folder it names ({exported})")
+    assert sorted(tmp_path.iterdir()) == before
 
     foreign = tmp_path / "foreign"  # another library's folder of the same two names
     foreign.mkdir()
@@ -327,6 +333,14 @@ def test_force_replaces_an_earlier_export_whole_or_not_at_all(
     export(tiny_run_dir, folder, "--force")
     assert not (folder / "stale.txt").exists() and snapshot(folder) == snapshot(exported)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing left beside it
+
+
+def test_export_into_the_working_directory_named_dot(tiny_run_dir: Path, tmp_path: Path) -> None:
+    """`-o .` from inside an empty folder: the folder is exported into, not a rename of `.` refused."""
+    here = tmp_path / "here"
+    here.mkdir()
+    assert run_main("export", str(tiny_run_dir), "-o", ".", cwd=here).returncode == 0
+    assert (here / "model.safetensors").is_file() and sorted(tmp_path.iterdir()) == [here]
 
 
 class FakeHfApi:

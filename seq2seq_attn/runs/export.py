@@ -90,6 +90,8 @@ def export_run(
 def check_destination(destination: Path, force: bool) -> None:
     """Fail before any work when `destination` cannot become the folder: a file, a missing parent, or a
     non-empty folder (with `force`, one that is not an earlier export: never replace anything else)."""
+    if destination.is_symlink():  # renamed over, the link would become the folder, or the rename fails
+        raise UserError(f"{destination}: is a link; give the folder it names ({destination.resolve()})")
     if destination.exists() and not destination.is_dir():
         raise UserError(f"{destination}: is a file; export writes a folder")
     parent = destination.parent if str(destination.parent) else Path(".")
