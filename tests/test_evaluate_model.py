@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -62,6 +63,20 @@ def test_eval_model_translates_scores_and_keeps_hypotheses(tiny_run_dir: Path, t
     overall = next(row for row in system["rows"] if row["bucket"] == "all")
     references = ref.read_text(encoding="utf-8").splitlines()
     assert abs(overall["bleu"] - sacrebleu.corpus_bleu(hypotheses, [references]).score) < 1e-9
+
+
+def test_a_run_named_from_inside_it_keeps_its_name_and_its_folder(tiny_run_dir: Path, tmp_path: Path):
+    """`--model .` in the run folder, `--model best.pt` in its checkpoints/: the label is the run's name
+    (it was empty, or "-best") and the translation is kept in the run folder (it went to checkpoints/)."""
+    run = tmp_path / "tiny-run"
+    shutil.copytree(tiny_run_dir, run, symlinks=True)
+    data = tiny_run_dir.parent / "data"
+    texts = ["--src", str(data / "test.src"), "--ref", str(data / "test.tgt")]
+    result = run_main("--quiet", "eval", "--model", ".", *texts, cwd=run, text=True)
+    assert result.returncode == 0 and "tiny-run" in result.stdout, result.stderr
+    result = run_main("--quiet", "eval", "--model", "best.pt", *texts, cwd=run / "checkpoints", text=True)
+    assert result.returncode == 0 and "tiny-run-best" in result.stdout, result.stderr
+    assert sorted(path.name for path in run.glob("*.hyp")) == ["test.tiny-run-best.hyp", "test.tiny-run.hyp"]
 
 
 def test_two_runs_of_one_label_are_refused_before_translating(tiny_run_dir: Path, tmp_path: Path):

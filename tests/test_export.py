@@ -304,7 +304,12 @@ def test_bad_input_and_unsafe_outputs_are_one_line_errors(
     shutil.copytree(exported, unversioned)
     header = json.loads((unversioned / "config.json").read_text(encoding="utf-8"))
     (unversioned / "config.json").write_text(json.dumps({**header, "format": True}), encoding="utf-8")
+    newer = tmp_path / "newer"  # a key of a later version in its model section
+    shutil.copytree(exported, newer)
+    config = {**header["config"], "model": {**header["config"]["model"], "new_thing": 1}}
+    (newer / "config.json").write_text(json.dumps({**header, "config": config}), encoding="utf-8")
     for model, message in (
+        (newer, f"{newer / 'config.json'} (config): unknown key `model.new_thing`"),
         (foreign, f"{foreign / 'config.json'}: not a seq2seq-attn model folder"),
         (unversioned, f"{unversioned / 'config.json'}: format True, this seq2seq-attn reads format"),
         ("hf://only-a-name", "hf://only-a-name: name a model on the Hugging Face hub as hf://OWNER/NAME"),

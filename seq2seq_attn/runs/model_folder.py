@@ -104,7 +104,7 @@ def load(folder: Path, device: torch.device | str = "cpu") -> tuple[nn.Module, V
         "config": header["config"],
         "vocab_fingerprint": header.get("vocab_fingerprint"),
     }
-    return rebuild(weights, payload, folder / VOCAB_DIR, device)
+    return rebuild(weights, payload, folder / VOCAB_DIR, device, config_file=folder / CONFIG_FILE)
 
 
 def read_header(folder: Path) -> dict[str, Any]:

@@ -179,12 +179,17 @@ def averaged_weights(average: int) -> str:
 
 
 def rebuild(
-    file: Path, payload: dict[str, Any], vocab_dir: Path, device: str | torch.device = "cpu"
+    file: Path,
+    payload: dict[str, Any],
+    vocab_dir: Path,
+    device: str | torch.device = "cpu",
+    config_file: Path | None = None,
 ) -> tuple[nn.Module, Vocab, Config]:
     """The model of a checkpoint's `payload` (its `model` weights, `config` and `vocab_fingerprint`) with
-    the vocabulary in `vocab_dir`, in eval mode on `device`; errors name `file`. A run's checkpoints and
-    an exported model folder (model_folder.py) are rebuilt alike, so both are checked alike."""
-    config = from_dict(payload["config"], where=f"{file} (config)")
+    the vocabulary in `vocab_dir`, in eval mode on `device`; errors name `file`, or `config_file` where the
+    config came from one of its own. A run's checkpoints and an exported model folder (model_folder.py) are
+    rebuilt alike, so both are checked alike."""
+    config = from_dict(payload["config"], where=f"{config_file or file} (config)")
     if not vocab_dir.is_dir():
         raise UserError(f"{file}: the vocabulary folder {vocab_dir} is missing")
     vocab = Vocab.load(vocab_dir)

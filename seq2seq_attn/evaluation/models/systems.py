@@ -11,6 +11,7 @@ settings, and its first run's config stands for it (its `eval` and `data` sectio
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from ...errors import UserError, setting
 from ...io import read_json, write_text
 from ...provenance import describe
 from ...runs.hub import hub_model
+from ...runs.run_folder import run_dir_of
 from ..metrics.by_length import Subset, TokenisedBleu, comparison_pairs, evaluate, shortlist_subset
 from ..metrics.diagnostics import SentenceAttention
 from ..metrics.examples import differing_examples
@@ -92,7 +94,7 @@ def default_run_label(runs: Sequence[Path]) -> str:
 def _run_label(run: Path) -> str:
     if (model := hub_model(run)) is not None:
         return model.repo_id.split("/")[1]
-    return run.name if run.is_dir() else f"{run.parent.parent.name}-{run.stem}"
+    return Path(os.path.abspath(run)).name if run.is_dir() else f"{run_dir_of(run).name}-{run.stem}"
 
 
 def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) -> Path:
@@ -103,7 +105,7 @@ def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) 
     elif hub_model(run) is not None:
         folder = Path(".")
     else:
-        folder = run if run.is_dir() else run.parent.parent
+        folder = run if run.is_dir() else run_dir_of(run)
     return folder / f"{sources.stem}.{label}.hyp"
 
 
