@@ -177,6 +177,23 @@ def test_cache_is_rebuilt_only_for_changed_data_or_vocabulary(data_dir: Path) ->
     assert len(build_cache(bigger, retrained, force=True)) == 6
 
 
+@pytest.mark.parametrize("damaged", ["train.src.tokens.npy", "valid.tgt.offsets.npy"])
+def test_a_truncated_cache_file_is_encoded_again_not_taken_as_current(data_dir: Path, damaged: str) -> None:
+    """A cut file (a full disk, a copy stopped half way) counted as current because it existed, and then
+    failed to memory-map with an internal error."""
+    config = make_config(data_dir)
+    vocab = build_vocab(config)
+    build_cache(config, vocab)
+    path = vocab_dir(config) / "cache" / damaged
+    with open(path, "r+b") as file:
+        file.truncate(path.stat().st_size // 2)
+    split = damaged.split(".")[0]
+    with pytest.raises(UserError, match=f"{split}.{damaged.split('.')[1]}: cache files missing, damaged"):
+        load_cache(vocab_dir(config), split)
+    assert build_cache(config, vocab) == [damaged.rsplit(".", 2)[0]]
+    assert len(load_cache(vocab_dir(config), split).src) == len(lines(data_dir, f"{split}.src"))
+
+
 @pytest.mark.parametrize(
     ("name", "content", "message"),
     [
@@ -229,14 +246,19 @@ def test_cli_trains_encodes_and_reports_then_does_no_work(data_dir: Path, tmp_pa
         ("too_large", 5000, "vocab.size=5000 is too large"),
         ("too_small", 10, "vocab.size=10 is too small"),
         ("unprepared", SIZE, "run `seq2seq data prepare CONFIG` first"),
+        ("blank", SIZE, "train.src: no sentence to train the vocabulary on (blank lines"),
+        ("coverage", SIZE, "vocab.character_coverage"),
     ],
 )
 def test_cli_errors_are_one_line(data_dir: Path, tmp_path: Path, setup: str, size: int, message: str) -> None:
     if setup == "unprepared":
         (data_dir / "train.src").unlink()
+    if setup == "blank":  # sentencepiece's own check failed with nothing said after the colon
+        (data_dir / "train.src").write_text("  \n" * 300, encoding="utf-8")
     config = tmp_path / "exp.yaml"
     config.write_text(f"data:\n  dir: {data_dir}\n", encoding="utf-8")
-    result = run_cli("--quiet", "vocab", str(config), "--set", f"vocab.size={size}")
+    coverage = ["--set", "vocab.character_coverage=0.97"] if setup == "coverage" else []
+    result = run_cli("--quiet", "vocab", str(config), "--set", f"vocab.size={size}", *coverage)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -232,7 +232,9 @@ class VocabConfig:
     input_sentence_size: int = option(
         1000000, "Sentences sampled to train sentencepiece on big corpora (0: all).", ge=0
     )
-    character_coverage: float = option(1.0, "Share of characters covered by the model.", gt=0, le=1)
+    character_coverage: float = option(
+        1.0, "Share of characters covered by the model (sentencepiece takes 0.98 to 1).", ge=0.98, le=1
+    )
     threads: int = option(0, "Threads for training and encoding (0: all cores).", ge=0)
 
 

@@ -95,9 +95,21 @@ def _check_aligned(entries: dict[str, dict], split: str, data_dir: Path) -> None
 
 
 def _is_current(folder: Path, name: str, entries: dict[str, dict], data_hash: str) -> bool:
-    files = [folder / f"{name}.tokens.npy", folder / f"{name}.offsets.npy"]
     entry = entries.get(name)
-    return entry is not None and entry["sha256"] == data_hash and all(file.is_file() for file in files)
+    return entry is not None and entry["sha256"] == data_hash and _mapped(folder, name, entry) is not None
+
+
+def _mapped(folder: Path, name: str, entry: dict) -> TokenArray | None:
+    """An entry's two files memory-mapped; None where one is missing, damaged or holds other counts than
+    the manifest records (a truncated file)."""
+    try:
+        array = TokenArray(
+            np.load(folder / f"{name}.tokens.npy", mmap_mode="r"),
+            np.load(folder / f"{name}.offsets.npy", mmap_mode="r"),
+        )
+    except (OSError, ValueError):
+        return None
+    return array if len(array) == entry["sentences"] and array.tokens.size == entry["tokens"] else None
 
 
 def _encode_file(
@@ -217,13 +229,11 @@ def load_cache(vocab_dir: Path, split: str) -> TokenCache:
         entry = manifest["entries"].get(name)
         if entry is None:
             raise UserError(f"{folder}: no cache for {name}; run `seq2seq vocab CONFIG`")
-        array = TokenArray(
-            np.load(folder / f"{name}.tokens.npy", mmap_mode="r"),
-            np.load(folder / f"{name}.offsets.npy", mmap_mode="r"),
-        )
-        if len(array) != entry["sentences"] or array.tokens.size != entry["tokens"]:
+        array = _mapped(folder, name, entry)
+        if array is None:
             raise UserError(
-                f"{folder / name}: cache files do not match the manifest; run `seq2seq vocab CONFIG --force`"
+                f"{folder / name}: cache files missing, damaged or not matching the manifest; run "
+                "`seq2seq vocab CONFIG` to encode them again"
             )
         sides.append(array)
     _check_aligned(manifest["entries"], split, folder)

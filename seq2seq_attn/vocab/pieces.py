@@ -328,4 +328,10 @@ def _training_error(message: str, inputs: list[Path], vocab: VocabConfig) -> Use
             f"vocab.size={vocab.size} is too small for {files}: its characters alone need "
             f"{match[1]} pieces; raise vocab.size or lower vocab.character_coverage"
         )
-    return UserError(f"{files}: sentencepiece training failed: {message.rsplit('] ', 1)[-1]}")
+    if "!sentences_.empty()" in message or "all_chars_count" in message:
+        return UserError(
+            f"{files}: no sentence to train the vocabulary on (blank lines, or every line longer than "
+            "sentencepiece's 4192 bytes)"
+        )
+    said = message.rsplit("] ", 1)[-1].strip() or " ".join(message.split())  # a failed check: itself
+    return UserError(f"{files}: sentencepiece training failed: {said}")
