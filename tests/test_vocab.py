@@ -110,6 +110,8 @@ def test_vocab_is_retrained_only_when_settings_or_training_data_change(data_dir:
     assert build_vocab(make_config(data_dir, size=SIZE + 10)).fingerprint() != first.fingerprint()
     back = build_vocab(config)
     assert back.fingerprint() == first.fingerprint()  # training is deterministic
+    model.write_bytes(model.read_bytes()[:100])  # damaged (or another model copied over it)
+    assert build_vocab(config).fingerprint() == first.fingerprint()  # trained again, not "up to date"
     write_split(data_dir, "train", lines(data_dir, "train.src")[:200], lines(data_dir, "train.tgt")[:200])
     assert build_vocab(config).fingerprint() != first.fingerprint()
 

@@ -239,7 +239,9 @@ def build_vocab(config: Config, force: bool = False) -> Vocab:
     if not force and manifest_file.is_file():
         manifest = read_json(manifest_file)
         current = {key: manifest.get(key) for key in wanted}
-        if current == wanted and all((folder / f"{name}.model").is_file() for name in manifest["models"]):
+        models = [folder / f"{name}.model" for name in manifest["models"]]
+        intact = all(model.is_file() for model in models) and _fingerprint(models) == manifest["fingerprint"]
+        if current == wanted and intact:  # (a damaged or replaced model is trained again)
             info(f"vocab: {folder} is up to date")
             return Vocab.load(folder, config.vocab.threads)
 
