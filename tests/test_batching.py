@@ -132,6 +132,25 @@ def test_stream_resumes_at_the_same_batch_across_epochs():
     assert head + tail == reference
 
 
+def test_a_resume_under_other_batching_settings_starts_the_next_epoch(capsys):
+    """The saved (epoch, index) is a place in the plan of the settings that made it: under another batch
+    size it pointed into another plan, skipping or repeating pairs of the epoch. The stream says so and
+    starts the next epoch; under the same settings it takes up the saved place."""
+    cache = Cache(600)
+    make = lambda size: TrainingBatches(cache, "tokens", size, max_len=200, bucket_pool=5, seed=7)  # noqa: E731
+    first = make(800)
+    list(itertools.islice(iter(first), 3))
+    resumed = make(2000)
+    resumed.load_state_dict(first.state_dict())
+    assert "training goes on from the start of epoch 1" in capsys.readouterr().err
+    fresh = make(2000)
+    fresh.load_state_dict({"epoch": 1, "index": 0})
+    assert next(iter(resumed)).src.tolist() == next(iter(fresh)).src.tolist()
+    again = make(800)
+    again.load_state_dict(first.state_dict())
+    assert (again.epoch, again.index) == (0, 3) and capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_shards_do_not_overlap_and_have_equal_length(world_size):
     batches = [np.array([i]) for i in range(10)]

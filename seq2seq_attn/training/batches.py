@@ -4,7 +4,8 @@ Why buckets: an RNN pays for every padded position, so sentences of similar leng
 shuffle the corpus, cut it into pools of `bucket_pool` batches, sort each pool by length, cut the pool
 into batches (a token budget counts padded source + target positions, or a fixed number of sentences),
 and shuffle the batches. Everything is a pure function of (seed, epoch), so the position in the data is
-just (epoch, batch index): a resumed or sharded (DDP) run sees exactly the batches it would have seen.
+just (epoch, batch index): a resumed or sharded (DDP) run sees exactly the batches it would have seen (a
+run resumed under other batching settings starts the next epoch).
 
 Joined pairs (`train.concat_share`): walking the epoch's shuffled order, each position starts, with
 probability `concat_share`, an example that joins the next 2 to `concat_max` pairs (their sources one
@@ -15,11 +16,14 @@ pairs gets the batches it always had, and a resumed run the same joined examples
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..console import warn
 from ..vocab.batching import Batch, Shape, collate
 
 
@@ -174,11 +178,25 @@ class TrainingBatches:
         next epoch only when the next batch is drawn)."""
         return self.epoch + (self.index >= len(self))
 
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "index": self.index}
+    def state_dict(self) -> dict[str, Any]:
+        """The position in the data, and the settings that planned its epoch."""
+        return {"epoch": self.epoch, "index": self.index, "planned_by": self._planned_by()}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Back to a saved position. Under other batching settings (batch size or type, max_len, the pool,
+        the seed, joined pairs) the saved epoch's plan is not this one, and its position in this one would
+        skip or repeat pairs: the stream moves on to the next epoch, with a warning."""
         self.epoch, self.index, self._plan = int(state["epoch"]), int(state["index"]), None
+        planned_by = state.get("planned_by")  # (absent from checkpoints older than it)
+        if planned_by is not None and list(planned_by) != self._planned_by() and self.index:
+            warn(
+                f"the batching settings changed since the checkpoint, which was {self.index} batches into "
+                f"epoch {self.epoch}: training goes on from the start of epoch {self.epoch + 1}"
+            )
+            self.epoch, self.index = self.epoch + 1, 0
+
+    def _planned_by(self) -> list:
+        return [*self.settings, *dataclasses.astuple(self.joining)]
 
     def _epoch_plan(self) -> list[np.ndarray]:
         if self._plan is None:
