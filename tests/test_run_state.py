@@ -127,9 +127,13 @@ def test_a_checkpoint_that_left_its_folders_to_the_defaults_resumes_from_where_t
 def test_a_project_folder_moved_elsewhere_resumes_there(workdir, tmp_path):
     """The config, data and run folders moved together (another disk, another machine): the checkpoint's
     paths name the old place, but the data folder is where it was beside the run folder, so the run
-    resumes (a data folder of another place is refused, above)."""
+    learns its lexical shortlist and resumes (a data folder of another place is refused, above)."""
     train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
-    moved = shutil.move(workdir, tmp_path / "elsewhere")
+    moved = Path(shutil.move(workdir, tmp_path / "elsewhere"))
+    learned = run_main(
+        "lexical-shortlist", str(moved / "run"), "--sentences", "20", "--top-k", "3", text=True
+    )
+    assert learned.returncode == 0, learned.stderr  # from the data beside it, not from where it was
     train_module.train(config_of(moved, "train.max_steps=3", NO_BLEU), resume=True)
     assert latest(moved)["step"] == 3
 

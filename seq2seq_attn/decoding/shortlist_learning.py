@@ -26,7 +26,7 @@ from ..console import progress
 from ..errors import UserError
 from ..io import read_lines
 from ..runs.checkpoint import weights_fingerprint
-from ..runs.run_folder import load_trained, resolve_checkpoint, run_dir_of
+from ..runs.run_folder import data_dir_of, load_trained, resolve_checkpoint, run_dir_of
 from ..runs.shortlist_table import LexicalTable, save_table
 from ..vocab.pieces import Vocab, data_file
 from .forced import by_source_length, forced_pass
@@ -135,11 +135,13 @@ def build_for_run(
     when there are fewer), write it into the run folder under the checkpoint's name (shortlist.py) and
     measure it on the dev set."""
     model, vocab, config = load_trained(run, device)
+    checkpoint = resolve_checkpoint(run)
+    data = dataclasses.replace(config.data, dir=str(data_dir_of(config, run_dir_of(checkpoint))))
+    config = dataclasses.replace(config, data=data)
     train = [list(read_lines(data_file(config, f"train.{side}"))) for side in SIDES]
     chosen = sorted(random.Random(seed).sample(range(len(train[0])), min(sentences, len(train[0]))))
     src = vocab.encode_src([train[0][i] for i in chosen], tokenized=True)  # prepared: tokenised already
     tgt = vocab.encode_tgt([train[1][i] for i in chosen], tokenized=True)
-    checkpoint = resolve_checkpoint(run)
     table = build_table(model, vocab, src, tgt, top_k, frequent, device)
     table = dataclasses.replace(table, checkpoint=checkpoint.name, weights=weights_fingerprint(model))
     path = save_table(table, run_dir_of(checkpoint))

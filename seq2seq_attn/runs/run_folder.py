@@ -122,6 +122,14 @@ def run_dir_of(checkpoint: Path) -> Path:
     return named if (named / VOCAB_DIR).is_dir() else Path(checkpoint).resolve().parent.parent
 
 
+def data_dir_of(config: Config, run_dir: Path) -> Path:
+    """A trained run's prepared data folder: where its config names it, or where that is gone, the same
+    place relative to the run folder, now at `run_dir` (a project folder moved elsewhere)."""
+    if config.data_dir.is_dir():
+        return config.data_dir
+    return Path(os.path.normpath(Path(run_dir) / os.path.relpath(config.data_dir, config.run_dir)))
+
+
 def latest_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     """The `k` most recent `step-N.pt` checkpoints of a run (training keeps the best `train.keep_best`)."""
     if not Path(run_dir).is_dir():
