@@ -130,7 +130,12 @@ def test_lexical_shortlist_command_and_translate(tiny_run_dir: Path, tmp_path: P
     source = tmp_path / "src"
     source.write_text("the cat sat\n\na dog ran to the house\n", encoding="utf-8")
     translate = ["translate", "--model", str(run), "--input", str(source), "--lexical-shortlist"]
-    assert_one_line_error(run_main(*translate), f"{run / 'lexical_shortlist.npz'}: no lexical shortlist")
+    missing = f"{run / 'lexical_shortlist.npz'}: no lexical shortlist"
+    assert_one_line_error(run_main(*translate), missing, f"`seq2seq lexical-shortlist {run}`")
+    folder = tmp_path / "folder"  # a model folder cannot learn one: its run does, before the export
+    assert run_main("export", str(run), "-o", str(folder)).returncode == 0
+    without = run_main("translate", "--model", str(folder), "--input", str(source), "--lexical-shortlist")
+    assert_one_line_error(without, "a model folder's is learned in its run")
     built = run_main(
         "lexical-shortlist", str(run), "--top-k", "3", "--frequent", "4", "--sentences", "50", text=True
     )
@@ -187,6 +192,10 @@ def test_a_table_knows_its_checkpoint_and_warns_once_for_other_weights(tiny_run_
     warned = translate(other)  # falls back to the run's table, learned from best.pt
     assert f"{run / 'lexical_shortlist.npz'}: learned from best.pt as it was then" in warned
     assert "(step-7.pt)" in warned and f"seq2seq lexical-shortlist {other}" in warned
+    averaged = run_main(
+        "translate", "--model", str(run), "--average", "2", "--input", str(source), "--lexical-shortlist"
+    )  # a table of the mean needs the mean in a file first
+    assert averaged.returncode == 0 and b"-o " + bytes(run / "checkpoints" / "average.pt") in averaged.stderr
     assert warned.count("learned from") == 1
 
     built = run_main("lexical-shortlist", str(other), *learn, text=True)

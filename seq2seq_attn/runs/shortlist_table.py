@@ -27,6 +27,7 @@ from ..console import warn
 from ..errors import UserError
 from ..io import atomic_write
 from ..vocab.pieces import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab
+from .run_folder import checkpoint_dir
 
 TABLE_FILE = "lexical_shortlist.npz"  # the best checkpoint's (another's: lexical_shortlist.<name>.npz)
 DEFAULT_CHECKPOINT = "best"  # the checkpoint whose table is TABLE_FILE
@@ -92,9 +93,7 @@ def load_table(
     path = find_table(run_dir, checkpoint)
     if path is None:
         missing = Path(run_dir) / TABLE_FILE
-        raise UserError(
-            f"{missing}: no lexical shortlist; build it with `seq2seq lexical-shortlist {run_dir}`"
-        )
+        raise UserError(f"{missing}: no lexical shortlist; {_how_to_learn(run_dir, checkpoint, translating)}")
     try:
         with np.load(path) as stored:
             recorded = {name: str(stored[name]) for name in ("checkpoint", "weights") if name in stored.files}
@@ -106,14 +105,30 @@ def load_table(
     if table.candidates.shape[0] != vocab.src_size or table.candidates.max(initial=-1) >= vocab.tgt_size:
         raise UserError(f"{path}: built for another vocabulary than {run_dir}'s; build it again")
     if table.weights != weights:
-        _warn_other_weights(path, table.checkpoint, translating or Path(checkpoint).name, Path(checkpoint))
+        _warn_other_weights(path, table.checkpoint, translating, run_dir, Path(checkpoint))
     return table
 
 
+def _how_to_learn(run_dir: Path, checkpoint: Path, translating: str) -> str:
+    """The command that learns the table of the weights translating: a model folder's is learned in its
+    run before export; averaged weights are written to a file of their own first."""
+    if not checkpoint_dir(run_dir).is_dir():
+        return "a model folder's is learned in its run (`seq2seq lexical-shortlist RUN`) before the export"
+    if translating:
+        return (
+            f"for {translating}, write them to a file (`seq2seq average {run_dir} --last K -o "
+            f"{run_dir}/checkpoints/average.pt`) and learn its table (`seq2seq lexical-shortlist FILE`)"
+        )
+    learned_from = run_dir if Path(checkpoint).stem == DEFAULT_CHECKPOINT else checkpoint
+    return f"learn it with `seq2seq lexical-shortlist {learned_from}`"
+
+
 @functools.cache
-def _warn_other_weights(path: Path, learned_from: str, translating: str, checkpoint: Path) -> None:
+def _warn_other_weights(
+    path: Path, learned_from: str, translating: str, run_dir: Path, checkpoint: Path
+) -> None:
     source = f"from {learned_from} as it was then" if learned_from else "from weights it does not record"
     warn(
-        f"{path}: learned {source}, not from the weights translating now ({translating}); its candidates "
-        f"are not this model's own (learn them with `seq2seq lexical-shortlist {checkpoint}`)"
+        f"{path}: learned {source}, not from the weights translating now ({translating or checkpoint.name}); "
+        f"its candidates are not this model's own ({_how_to_learn(run_dir, checkpoint, translating)})"
     )
