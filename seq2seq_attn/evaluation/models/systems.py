@@ -24,7 +24,6 @@ from ...errors import UserError, setting
 from ...io import read_json, write_text
 from ...provenance import describe
 from ...runs.hub import hub_model
-from ...runs.run_folder import run_dir_of
 from ..metrics.by_length import Subset, TokenisedBleu, comparison_pairs, evaluate, shortlist_subset
 from ..metrics.diagnostics import SentenceAttention
 from ..metrics.examples import differing_examples
@@ -94,7 +93,15 @@ def default_run_label(runs: Sequence[Path]) -> str:
 def _run_label(run: Path) -> str:
     if (model := hub_model(run)) is not None:
         return model.repo_id.split("/")[1]
-    return Path(os.path.abspath(run)).name if run.is_dir() else f"{run_dir_of(run).name}-{run.stem}"
+    folder = _run_folder(run)
+    return folder.name if run.is_dir() else f"{folder.name}-{run.stem}"
+
+
+def _run_folder(run: Path) -> Path:
+    """A run or model folder, or a checkpoint's run, named from anywhere (`.`, `best.pt` in checkpoints/)."""
+    from ...runs.run_folder import run_dir_of  # (imports torch)
+
+    return Path(os.path.abspath(run)) if run.is_dir() else run_dir_of(run)
 
 
 def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) -> Path:
@@ -105,7 +112,7 @@ def hypotheses_path(run: Path, label: str, sources: Path, keep_in: Path | None) 
     elif hub_model(run) is not None:
         folder = Path(".")
     else:
-        folder = run if run.is_dir() else run_dir_of(run)
+        folder = _run_folder(run)
     return folder / f"{sources.stem}.{label}.hyp"
 
 
