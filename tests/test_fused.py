@@ -141,6 +141,10 @@ def test_compiled_kernels_are_cached_apart_per_cpu_capability(monkeypatch, tmp_p
     separate_kernel_cache()
     capability = torch.backends.cpu.get_cpu_capability().lower()
     assert Path(os.environ[INDUCTOR_CACHE]).name == capability
+    default = Path(os.environ[INDUCTOR_CACHE]).parent
+    monkeypatch.setenv(INDUCTOR_CACHE, str(default))  # what importing torch._dynamo (an optimiser) writes
+    separate_kernel_cache()
+    assert os.environ[INDUCTOR_CACHE] == str(default / capability)
     monkeypatch.setenv(INDUCTOR_CACHE, str(tmp_path))
     separate_kernel_cache()
     assert os.environ[INDUCTOR_CACHE] == str(tmp_path)

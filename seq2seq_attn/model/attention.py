@@ -170,10 +170,12 @@ def separate_kernel_cache() -> None:
 
     Why: the cache does not tell them apart. Kernels built under one capability were reused under another
     on the same machine (torch 2.13, ATEN_CPU_CAPABILITY set differently from run to run), and there they
-    failed to build or, worse, computed wrong numbers (NaN gradients). A folder the user set is kept."""
-    if os.environ.get(INDUCTOR_CACHE):
-        return
+    failed to build or, worse, computed wrong numbers (NaN gradients). A folder the user set is kept; torch's
+    own default, which importing torch._dynamo (as an optimiser does) writes into the variable, is not."""
     root = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    chosen = os.environ.get(INDUCTOR_CACHE)
+    if chosen and Path(chosen) != root:
+        return
     os.environ[INDUCTOR_CACHE] = str(root / torch.backends.cpu.get_cpu_capability().lower())
 
 
