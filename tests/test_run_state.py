@@ -110,6 +110,19 @@ def test_resume_refuses_a_new_optimizer_ranking_metric_dev_set_or_vocabulary_and
     assert {path: path.stat().st_mtime_ns for path in sorted(workdir.joinpath("data").rglob("*"))} == before
 
 
+def test_resume_refuses_a_dev_set_whose_text_changed_in_place(workdir):
+    """The dev files rewritten where they are (their paths, hence the config, unchanged): the checkpoint's
+    best-K and plateau values were measured on the old text."""
+    train_module.train(config_of(workdir, "train.max_steps=2", NO_BLEU))
+    for side in ("src", "tgt"):  # the same pairs in another order: the same sizes, other text
+        path = workdir / "data" / f"valid.{side}"
+        path.write_text(
+            "".join(reversed(path.read_text(encoding="utf-8").splitlines(True))), encoding="utf-8"
+        )
+    with pytest.raises(UserError, match="latest.pt: cannot resume: the dev set's text changed"):
+        train_module.train(config_of(workdir, "train.max_steps=3", NO_BLEU), resume=True)
+
+
 def test_a_checkpoint_that_left_its_folders_to_the_defaults_resumes_from_where_they_were(
     workdir, monkeypatch
 ):

@@ -64,7 +64,7 @@ class Progress:
 
 def resume_point(config: Config, required: bool) -> dict[str, Any] | None:
     """The run's `latest.pt`, checked to fit `config`; None when the run is new. Checked before the data
-    and vocabulary are prepared, so that a resume refused writes nothing (`check_vocabulary` then checks
+    and vocabulary are prepared, so that a resume refused writes nothing (`check_inputs` then checks
     the vocabulary they make)."""
     latest = checkpoint_dir(config.run_dir) / LATEST
     if latest.is_file():
@@ -82,12 +82,19 @@ def resume_point(config: Config, required: bool) -> dict[str, Any] | None:
     return None
 
 
-def check_vocabulary(state: dict[str, Any], config: Config, vocab_fingerprint: str) -> None:
-    """Refuse to resume `state` (latest.pt) with another vocabulary than it was trained with."""
+def check_inputs(state: dict[str, Any], config: Config, vocab_fingerprint: str, dev_fingerprint: str) -> None:
+    """Refuse to resume `state` (latest.pt) with another vocabulary, or another dev set, than it was
+    trained and ranked with (their files' content; a checkpoint older than the dev set's record has none)."""
+    latest = checkpoint_dir(config.run_dir) / LATEST
     if state.get("vocab_fingerprint") != vocab_fingerprint:
         raise UserError(
-            f"{checkpoint_dir(config.run_dir) / LATEST}: cannot resume: the vocabulary changed since this "
-            "checkpoint was written (train into a new run directory)"
+            f"{latest}: cannot resume: the vocabulary changed since this checkpoint was written (train into "
+            "a new run directory)"
+        )
+    if state.get("dev_fingerprint", dev_fingerprint) != dev_fingerprint:
+        raise UserError(
+            f"{latest}: cannot resume: the dev set's text changed since this checkpoint was written, and its "
+            "best checkpoints and plateau were measured on the old one (train into a new run directory)"
         )
 
 
@@ -191,6 +198,7 @@ def training_state(
     elapsed: float,
     config: Config,
     vocab_fingerprint: str,
+    dev_fingerprint: str,
 ) -> dict[str, Any]:
     """The checkpoint of a training run after `elapsed` seconds of training."""
     return {
@@ -203,6 +211,7 @@ def training_state(
         "step": progress.step,
         "config": to_dict(config),
         "vocab_fingerprint": vocab_fingerprint,
+        "dev_fingerprint": dev_fingerprint,
     }
 
 

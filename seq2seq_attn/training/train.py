@@ -51,7 +51,7 @@ from .log import MetricsLog, Window, WindowStats, perplexity, truncate_metrics
 from .optim import Schedule, build_optimizer
 from .state import (
     Progress,
-    check_vocabulary,
+    check_inputs,
     gather_rank_states,
     restore,
     resume_point,
@@ -59,7 +59,7 @@ from .state import (
     training_state,
 )
 from .step import Update
-from .validate import load_dev, validate
+from .validate import dev_fingerprint, load_dev, validate
 
 
 def train(config: Config, resume: bool = False, stop_after: int | None = None) -> Path:
@@ -85,8 +85,9 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
     ranks.barrier()
     if not ranks.is_main:
         vocab = Vocab.load(vocab_dir(config))
+    dev = dev_fingerprint(config)
     if state is not None:
-        check_vocabulary(state, config, vocab.fingerprint())
+        check_inputs(state, config, vocab.fingerprint(), dev)
 
     seed_everything(config.seed + ranks.rank)
     model = build_model(config.model, vocab.src_size, vocab.tgt_size).to(device)
@@ -105,7 +106,7 @@ def _train(config: Config, ranks: Ranks, resume: bool, stop_after: int | None) -
             f"({sum(p.numel() for p in model.parameters()):,} parameters, {len(stream)} batches/epoch)"
         )
 
-    trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, device, ranks, graphs)
+    trainer = _Loop(config, model, optimizer, schedule, stream, progress, vocab, dev, device, ranks, graphs)
     trainer.run(stop_after)
     if ranks.is_distributed:
         del trainer  # DDP's reducer holds the process group: let it go first
@@ -191,6 +192,7 @@ class _Loop:
     stream: TrainingBatches
     progress: Progress
     vocab: Vocab
+    dev_fingerprint: str  # the dev set's text (validate.dev_fingerprint), recorded in checkpoints
     device: torch.device
     ranks: Ranks
     graphs: bool  # updates captured in CUDA graphs (graphs.py)
@@ -374,4 +376,5 @@ class _Loop:
             self.elapsed(),
             self.config,
             self.vocab.fingerprint(),
+            self.dev_fingerprint,
         )

@@ -17,11 +17,12 @@ import numpy as np
 import torch
 
 from ..config import Config
+from ..config.constants import SIDES
 from ..decoding.search import evaluating, translate_ids
 from ..evaluation.metrics.bleu import bleu_metric
-from ..io import read_lines
+from ..io import read_lines, sha256_text
 from ..vocab.batching import collate
-from ..vocab.cache import load_cache
+from ..vocab.cache import cache_stats, load_cache
 from ..vocab.pieces import Vocab, vocab_dir
 from .batches import cut_batches, length_order
 from .log import perplexity
@@ -52,6 +53,13 @@ def load_dev(config: Config) -> DevSet:
         [np.array(cache.tgt[i]) for i in range(count)],
         references,
     )
+
+
+def dev_fingerprint(config: Config) -> str:
+    """What the dev set's text is, for a resume to compare: the sha256 of the prepared valid.src and
+    valid.tgt that the token cache was encoded from (its manifest records them), on every rank."""
+    entries = cache_stats(vocab_dir(config))
+    return sha256_text(" ".join(entries[f"valid.{side}"]["sha256"] for side in SIDES))
 
 
 @torch.no_grad()
