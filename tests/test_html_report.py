@@ -3,6 +3,7 @@ offline (headless Chromium: no console message, no network request, the curve dr
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
@@ -66,7 +67,7 @@ def test_page_has_every_section_escapes_text_and_loads_nothing():
     report = evaluate(systems, references, sources, by_length=True, config=EvalConfig(bootstrap=50))
     examples = differing_examples(report, systems, references, sources, lowercase=False)
     page = render_html(report, curve_svg='<svg id="c"></svg>', examples=examples, alignment=ALIGNMENT)
-    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2
+    assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 1  # (the alignment figure: an <img>)
     for heading in ("Scores", "Sentences where the systems differ most", "Alignment quality"):
         assert f"<h2>{heading}</h2>" in page
     assert '<figure id="curve"><svg id="c"></svg>' in page
@@ -166,6 +167,16 @@ def html_page(tiny_run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
             '"by_length": []}',
             "each row: sentences, and aer",
         ),
+        (
+            '{"method": "a", "overall": {"sentences": 2, "aer": 1, "precision": 1, "recall": 1}, '
+            '"by_length": [{"bucket": 5, "sentences": 2, "aer": 1, "precision": 1, "recall": 1}]}',
+            "a bucket named in each by_length row",
+        ),
+        (
+            '{"method": "a", "overall": {"sentences": 2, "aer": 1, "precision": 1, "recall": 1}, '
+            '"by_length": [], "figures": [1]}',
+            "figures must be a list of {title, svg} texts",
+        ),
     ],
 )
 def test_a_bad_alignment_file_is_one_line(tmp_path: Path, content: str, message: str):
@@ -175,6 +186,17 @@ def test_a_bad_alignment_file_is_one_line(tmp_path: Path, content: str, message:
     result = CliRunner().invoke(app, [*args, "--alignment", str(tmp_path / "a.json"), "--html", "x.html"])
     assert isinstance(result.exception, UserError)  # (the `seq2seq` entry point: one line, exit 2)
     assert message in str(result.exception) and "a.json" in str(result.exception)
+
+
+def test_an_alignment_figure_runs_no_script_it_holds():
+    """The figures of an `align --json` file are its text: a script in one would run if inlined."""
+    sources, references, systems = two_systems()
+    figure = {"title": "x", "svg": '<svg onload="alert(1)"><script>alert(2)</script></svg>'}
+    page = render_html(
+        evaluate(systems, references, sources, config=EvalConfig(bootstrap=0)),
+        alignment={**ALIGNMENT, "figures": [figure]},
+    )
+    assert "alert" not in page and "<script" not in page
 
 
 def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Path, tiny_run_dir: Path):
@@ -190,7 +212,8 @@ def test_eval_html_holds_the_curve_tables_and_the_models_heat_maps(html_page: Pa
     for (_, words), low, high in zip(heat_maps, edges, edges[1:], strict=False):
         assert low <= int(words) < high
     assert page.count("<h3>Bucket ") == len(report["buckets"])
-    assert "Alignment quality" in page and '<svg id="gold-3"' in page  # from --alignment
+    drawn = base64.b64encode(ALIGNMENT["figures"][0]["svg"].encode()).decode()  # from --alignment, an image
+    assert "Alignment quality" in page and f'<img alt="" src="data:image/svg+xml;base64,{drawn}">' in page
     assert page.count("<table>") >= 2 + 2 * len(report["subsets"])
     assert not EXTERNAL.search(page)
 
@@ -217,7 +240,7 @@ def test_chromium_loads_the_report_offline_and_draws_the_curve(html_page: Path, 
     dom, console, requests = browse(html_page, tmp_path / "dom", "--dump-dom")
     assert console == [] and requests == []
     assert re.search(r'<figure id="curve"><svg[^>]*>', dom)
-    assert dom.count("<svg") == 2 + 3 + 1  # the curve and the diagnostics, 3 heat maps, 1 alignment figure
+    assert dom.count("<svg") == 2 + 3  # the curve and the diagnostics, 3 heat maps (alignment's: an <img>)
 
     shot = tmp_path / "shot.png"
     _, console, requests = browse(html_page, tmp_path / "shot", f"--screenshot={shot}")

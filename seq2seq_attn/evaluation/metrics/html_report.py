@@ -14,6 +14,7 @@ The alignment section takes plain data, so any aligner can fill it:
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from html import escape
 from typing import Any
@@ -94,8 +95,15 @@ def _alignment(alignment: dict[str, Any]) -> str:
     if alignment.get("baseline"):
         rows.append(row("baseline (all)", alignment["baseline"]))
     table = Table(f"Attention as word alignment: {alignment['method']}", ALIGNMENT_COLUMNS, rows, left=1)
-    figures = "".join(_figure(f["svg"], f["title"]) for f in alignment.get("figures", []))
+    figures = "".join(_figure(_svg_image(f["svg"]), f["title"]) for f in alignment.get("figures", []))
     return f"<h2>Alignment quality</h2>{_table(table)}{figures}"
+
+
+def _svg_image(svg: str) -> str:
+    """An SVG read from a file (`align --json`'s figures), shown as an image: a browser runs no script or
+    event handler it holds, which it would inline."""
+    encoded = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img alt="" src="data:image/svg+xml;base64,{encoded}">'
 
 
 def render_html(

@@ -355,10 +355,20 @@ def read_alignment(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not the JSON of `seq2seq align --json` (method, overall, by_length)")
     by_length = section["by_length"] if isinstance(section["by_length"], list) else [None]
     rows = [section["overall"], *([section["baseline"]] if section.get("baseline") else [])]
-    if not all(map(_scores, rows)) or not all(_scores(row) and "bucket" in row for row in by_length):
+    buckets = all(_scores(row) and isinstance(row.get("bucket"), str) for row in by_length)
+    if not (isinstance(section["method"], str) and all(map(_scores, rows)) and buckets):
         raise UserError(
-            f"{path}: not the JSON of `seq2seq align --json` (each row: sentences, and aer, precision and "
-            "recall as numbers or null; a bucket in each by_length row)"
+            f"{path}: not the JSON of `seq2seq align --json` (a method; each row: sentences, and aer, "
+            "precision and recall as numbers or null; a bucket named in each by_length row)"
+        )
+    figures = section.get("figures", [])
+    drawn = isinstance(figures, list) and all(
+        isinstance(f, dict) and isinstance(f.get("title"), str) and isinstance(f.get("svg"), str)
+        for f in figures
+    )
+    if not drawn:
+        raise UserError(
+            f"{path}: figures must be a list of {{title, svg}} texts, as `seq2seq align --json` writes"
         )
     return section
 
