@@ -52,7 +52,8 @@ SRC ?= en
 TGT ?= fr
 corpus_file = $(abspath $(firstword $(wildcard $(CORPUS)/$(1) $(CORPUS)/$(1).gz)))
 split_set = $(if $(call corpus_file,$(1).$(SRC))$(call corpus_file,$(1).$(TGT)),--set data.local.$(1).src=$(call corpus_file,$(1).$(SRC)) --set data.local.$(1).tgt=$(call corpus_file,$(1).$(TGT)))
-LOCAL_SET = $(foreach split,train valid test,$(call split_set,$(split)))
+LOCAL_SET = --set data.src_lang=$(SRC) --set data.tgt_lang=$(TGT) \
+	$(foreach split,train valid test,$(call split_set,$(split)))
 
 reproduce-local: install
 	$(if $(call corpus_file,train.$(SRC)),,$(error CORPUS=$(CORPUS): no train.$(SRC) or train.$(SRC).gz there))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import with_eval_section
+from helpers import make_run_dir, tiny_config, with_eval_section, write_corpus
 
 from seq2seq_attn.cli import main
 from seq2seq_attn.errors import UserError
@@ -312,3 +312,19 @@ def test_cli_bad_gold_exits_2_naming_file_and_line(tiny_run_dir: Path, tmp_path:
         )
         assert code == 2
         assert err.startswith(f"seq2seq: error: {bad}{message}") and len(err.splitlines()) == 1
+
+
+def test_cli_refuses_a_model_without_attention(tmp_path: Path, monkeypatch, capsys):
+    """An RNNencdec's "attention" is uniform: its argmax picked the source word of most pieces, an AER of
+    nothing."""
+    config = tiny_config(tmp_path, model={"attention": "none"})
+    write_corpus(config.data_dir)
+    run = make_run_dir(config)
+    src, ref = write(tmp_path / "s", "the cat\n"), write(tmp_path / "r", "le chat\n")
+    gold = write(tmp_path / "g", "0-0 1-1\n")
+    capsys.readouterr()
+    code, _, err = run_align(
+        monkeypatch, capsys, "--model", str(run), "--src", src, "--ref", ref, "--gold", gold
+    )
+    message = f"{run}: an RNNencdec (model.attention none) has no attention to align words with"
+    assert code == 2 and err == f"seq2seq: error: {message}\n"

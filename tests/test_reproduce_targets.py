@@ -71,6 +71,15 @@ def test_make_reproduce_local_points_every_split_at_the_corpus(tmp_path, layout)
     assert "configs/local_rnnsearch.yaml configs/local_rnnencdec.yaml" in line
 
 
+def test_make_reproduce_local_names_the_languages_it_reads(tmp_path):
+    """SRC=de TGT=en picks train.de and train.en, and the runs record de -> en (not the configs' en -> fr)."""
+    for name in ("train.de", "train.en"):
+        (tmp_path / name).write_text("")
+    line = reproduce_line(make_n("reproduce-local", f"CORPUS={tmp_path}", "SRC=de", "TGT=en"))
+    assert "--set data.src_lang=de --set data.tgt_lang=en" in line
+    assert f"--set data.local.train.src={tmp_path}/train.de" in line
+
+
 def test_make_reproduce_local_without_training_files_is_a_one_line_error(tmp_path):
     (tmp_path / "valid.en").write_text("")
     result = subprocess.run(

@@ -7,11 +7,13 @@ import contextlib
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import assert_one_line_error, run_main
+from helpers import assert_one_line_error, quiet_env, run_main
 
 from seq2seq_attn.decoding.search import translate_ids
 from seq2seq_attn.errors import UserError
@@ -183,6 +185,21 @@ def test_rescoring_with_two_models_and_best(tiny_run_dir, nbest_file, tmp_path: 
     lines = (tmp_path / "best").read_text().splitlines()
     firsts = [row.split("\t")[3] for row in doubled if row.split("\t")[1] == "1"]
     assert len(lines) == len(SOURCES) and lines == firsts
+
+
+@pytest.mark.slow
+def test_rescored_rows_on_stdout_are_utf8_whatever_the_locale(tiny_run_dir, tmp_path) -> None:
+    """As translate writes: a stdout whose encoding cannot hold a hypothesis' text still gets its bytes."""
+    src = write(tmp_path / "src", ["the cat"])
+    nbest = write(tmp_path / "nbest", ["0\t1\t-1.0\tthe cat 😀"])
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq_attn", "score", "-m", str(tiny_run_dir), "--src", str(src)]
+        + ["--nbest", str(nbest)],
+        capture_output=True,
+        env={**quiet_env(), "PYTHONIOENCODING": "latin-1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode("utf-8").endswith("\tthe cat 😀\n")
 
 
 @pytest.mark.parametrize(

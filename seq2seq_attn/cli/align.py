@@ -105,6 +105,8 @@ def align_command(
     corpus = load_corpus(str(src), str(ref), str(gold), gold_format.value, one_indexed)
     torch_device = resolve_device(device.value, "--device")
     trained = load_one(model, torch_device)
+    if not trained.config.model.attends:
+        raise UserError(f"{model}: an RNNencdec (model.attention none) has no attention to align words with")
     settings = override(trained.config.eval, overrides or {}, "eval.")  # left out: the run's eval section
     edges = check_edges(settings.buckets) if by_length else None
     scores = attention_scores(trained.model, trained.vocab, corpus, torch_device)

@@ -159,8 +159,9 @@ def rescore_rows(
 
 def write_rows(output: str, rows: list[str]) -> None:
     text = "".join(row + "\n" for row in rows)
-    if output == "-":
-        sys.stdout.write(text)
+    if output == "-":  # UTF-8 whatever the locale says, as translate writes
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.flush()
         return
     with atomic_write(output) as out:
         out.write(text)
