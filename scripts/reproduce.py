@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +35,7 @@ from pathlib import Path
 
 from seq2seq_attn.config import Config, load_config, to_dict
 from seq2seq_attn.data import multi30k
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.metrics.report import bucket_rows, render
 from seq2seq_attn.evaluation.models.heatmap import pick_by_length
 from seq2seq_attn.io import read_lines, write_text
@@ -44,6 +47,22 @@ SEQ2SEQ = [sys.executable, "-m", "seq2seq_attn"]
 
 
 def main() -> None:
+    """`_main`, its errors one line each: a bad option, config or folder (exit 2), a step that failed
+    (the step has said why; exit with its code). A SIGTERM stops the training processes it started."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        _main()
+    except (UserError, OSError) as err:
+        print(f"reproduce: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except subprocess.CalledProcessError as err:
+        print(
+            f"reproduce: error: step failed (exit {err.returncode}): {shlex.join(err.cmd)}", file=sys.stderr
+        )
+        sys.exit(err.returncode)
+
+
+def _main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -61,13 +80,19 @@ def main() -> None:
 
     labels = args.label or [load_config(path, args.overrides, "--set").name for path in args.configs]
     if len(labels) != len(args.configs):
-        sys.exit(f"reproduce: {len(labels)} --label for {len(args.configs)} configs")
+        raise UserError(f"{len(labels)} --label for {len(args.configs)} configs")
+    if len(set(labels)) < len(labels) or any("/" in label for label in labels):
+        raise UserError(
+            f"--label: each system needs a name of its own, without '/' (got {', '.join(labels)})"
+        )
     # per-system overrides: everything from --set, plus the run folder when --runs is given
     system_sets = [
         args.overrides + ([f"train.run_dir={(args.runs / label).resolve()}"] if args.runs else [])
         for label in labels
     ]
     configs = [load_config(path, sets, "--set") for path, sets in zip(args.configs, system_sets, strict=True)]
+    if args.criteria:  # checked before any training
+        search, encdec = attention_and_fixed(configs, labels)
     args.out.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}
 
@@ -101,7 +126,6 @@ def main() -> None:
 
     verdicts, findings = [], []
     if args.criteria:
-        search, encdec = attention_and_fixed(configs, labels)
         runs = {label: config.run_dir for config, label in zip(configs, labels, strict=True)}
         verdicts = check_criteria(report, search, encdec, runs)
         findings = [significance_finding(report, search, encdec)]
@@ -133,8 +157,8 @@ def check_settings_reach_evaluation(config: Config) -> None:
     for section in ("decode", "eval"):
         for key, value in wanted[section].items():
             if saved[section].get(key) != value:
-                sys.exit(
-                    f"reproduce: {config.run_dir}: its checkpoint has {section}.{key} = "
+                raise UserError(
+                    f"{config.run_dir}: its checkpoint has {section}.{key} = "
                     f"{saved[section].get(key)!r}, not {value!r}; evaluation reads the checkpoint's: run "
                     f"`seq2seq eval --model` with the setting, or train a new run (--runs ELSEWHERE)"
                 )
@@ -194,9 +218,17 @@ def _train_all(paths: list[Path], system_sets: list[list[str]], parallel: bool) 
             env["CUDA_VISIBLE_DEVICES"] = gpus[index]
         print("+", " ".join(command), file=sys.stderr, flush=True)
         processes.append(subprocess.Popen(command, env=env))
-    failed = [p.args for p in processes if p.wait() != 0]
-    if failed:
-        sys.exit(f"reproduce: training failed: {failed}")
+    try:
+        while None in (codes := [p.poll() for p in processes]) and not any(codes):
+            time.sleep(1)
+        if failed := next((p for p in processes if p.returncode), None):  # the others stop below
+            raise subprocess.CalledProcessError(failed.returncode, failed.args)
+    finally:  # a failure, Ctrl-C or SIGTERM: the others save their checkpoint and stop (they resume)
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            process.wait()
 
 
 def _gpus() -> list[str]:
@@ -242,8 +274,10 @@ def _bleu_by_bucket(report: dict, label: str) -> dict[str, float]:
 
 def attention_and_fixed(configs: list[Config], labels: list[str]) -> tuple[str, str]:
     """The labels of the first attention system (RNNsearch) and the first fixed-vector one (RNNencdec)."""
-    search = next(lab for c, lab in zip(configs, labels, strict=True) if c.model.attends)
-    encdec = next(lab for c, lab in zip(configs, labels, strict=True) if not c.model.attends)
+    search = next((lab for c, lab in zip(configs, labels, strict=True) if c.model.attends), None)
+    encdec = next((lab for c, lab in zip(configs, labels, strict=True) if not c.model.attends), None)
+    if search is None or encdec is None:
+        raise UserError("--criteria compares a system with attention and one without (model.attention none)")
     return search, encdec
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import load_script, make_run_dir, noisy, tiny_config, write_corpus
 
 from seq2seq_attn.config import EvalConfig
+from seq2seq_attn.errors import UserError
 from seq2seq_attn.evaluation.metrics.by_length import evaluate
 from seq2seq_attn.evaluation.metrics.inputs import System
 
@@ -141,9 +145,14 @@ def test_parallel_trainings_take_the_gpus_the_caller_left_visible(monkeypatch):
     started = []
 
     class Started:
+        returncode = 0
+
         def __init__(self, command, env):
             self.args = command
             started.append(env["CUDA_VISIBLE_DEVICES"])
+
+        def poll(self) -> int:
+            return 0
 
         def wait(self) -> int:
             return 0
@@ -163,5 +172,45 @@ def test_a_rerun_refuses_search_settings_its_checkpoint_does_not_hold(tmp_path):
     make_run_dir(config)
     reproduce.check_settings_reach_evaluation(config)  # the settings it was trained with
     changed = dataclasses.replace(config, decode=dataclasses.replace(config.decode, min_len=6))
-    with pytest.raises(SystemExit, match=r"its checkpoint has decode.min_len = 0, not 6"):
+    with pytest.raises(UserError, match=r"its checkpoint has decode.min_len = 0, not 6"):
         reproduce.check_settings_reach_evaluation(changed)
+
+
+def test_a_failed_parallel_training_stops_the_others_and_names_itself(monkeypatch):
+    """One system's training fails: the others are stopped (SIGTERM: they save and can resume) instead of
+    trained to the end of their budget, and the failure is the failed command's."""
+    reproduce = load_script("reproduce")
+    started, real = [], subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(reproduce.subprocess, "Popen", popen)
+    fails_or_sleeps = "import sys, time; sys.exit(3) if sys.argv[2] == 'bad.yaml' else time.sleep(600)"
+    monkeypatch.setattr(reproduce, "SEQ2SEQ", [sys.executable, "-c", fails_or_sleeps])
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        reproduce._train_all([Path("good.yaml"), Path("bad.yaml")], [[], []], parallel=True)
+    assert failed.value.returncode == 3 and "bad.yaml" in failed.value.cmd
+    assert [process.returncode for process in started] == [-signal.SIGTERM, 3]
+
+
+@pytest.mark.slow
+def test_criteria_without_both_kinds_of_system_is_refused_before_training(tmp_path):
+    """--criteria compares RNNsearch with RNNencdec: with only one of them it failed after all the work."""
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/reproduce.py",
+            "--out",
+            str(out),
+            "--criteria",
+            "configs/demo_rnnsearch.yaml",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    message = "--criteria compares a system with attention and one without (model.attention none)"
+    assert result.returncode == 2 and not out.exists() and result.stderr == f"reproduce: error: {message}\n"
