@@ -104,12 +104,16 @@ def test_heat_maps_and_matrices_for_each_non_empty_line(trained, tmp_path):
     _, vocab, _ = trained
     lines = ["the cat sat", "", "a big red dog ran to the house on the mat"]
     translator = make_translator(trained, beam_size=3)
+    (tmp_path / "att").mkdir()  # an earlier run's, of other input: its line 1 had attention
+    for name in ("000001.json", "000001.png", "000007.json", "notes.txt"):
+        (tmp_path / "att" / name).write_text("earlier")
     run_stream(translator, "\n".join(lines).encode(), each=attention_files(translator, tmp_path / "att"))
     assert sorted(p.name for p in (tmp_path / "att").iterdir()) == [
         "000000.json",
         "000000.png",
         "000002.json",
         "000002.png",
+        "notes.txt",  # not a heat map: kept
     ]
     for index in (0, 2):
         record = json.loads((tmp_path / "att" / f"{index:06d}.json").read_text(encoding="utf-8"))

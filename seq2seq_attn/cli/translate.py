@@ -72,7 +72,8 @@ def translate_command(
     attention: Path | None = typer.Option(
         None,
         "--attention",
-        help="Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line.",
+        help="Folder for each line's attention heat map (PNG) and matrix (JSON), named by 0-based line "
+        "(an earlier run's numbered files there are removed first).",
         rich_help_panel=OUTPUT,
     ),
     average: int = typer.Option(

@@ -7,6 +7,7 @@ the font shrinks to fit, and once it would fall below MIN_FONT only every k-th l
 from __future__ import annotations
 
 import math
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -73,8 +74,12 @@ def draw_attention(
 def attention_files(translator: Translator, folder: Path) -> Callable[[int, Translation], None]:
     """What `translate_stream` calls for each line to write the best hypothesis' heat map
     (`<folder>/<index>.png`) and matrix (`<index>.json`, with the pieces that label it); lines with
-    nothing attended (empty) get no files. It turns on the translator's attention."""
+    nothing attended (empty) get no files. An earlier run's numbered files are removed first, so that none
+    is left describing a line of other input. It turns on the translator's attention."""
     folder.mkdir(parents=True, exist_ok=True)
+    for earlier in folder.iterdir():
+        if re.fullmatch(r"\d{6}\.(json|png)", earlier.name):
+            earlier.unlink()
     translator.with_attention = True
 
     def write(index: int, translation: Translation) -> None:
