@@ -122,12 +122,20 @@ def run_dir_of(checkpoint: Path) -> Path:
     return named if (named / VOCAB_DIR).is_dir() else Path(checkpoint).resolve().parent.parent
 
 
+def moved_with_run(path: str | Path, was_run: Path, run_dir: Path) -> Path:
+    """Where `path`, a place named beside a run folder that was at `was_run`, is now that the run folder is
+    at `run_dir`: the same place relative to it (a project folder moved or copied elsewhere)."""
+    return Path(os.path.normpath(Path(run_dir) / os.path.relpath(path, was_run)))
+
+
 def data_dir_of(config: Config, run_dir: Path) -> Path:
-    """A trained run's prepared data folder: where its config names it, or where that is gone, the same
-    place relative to the run folder, now at `run_dir` (a project folder moved elsewhere)."""
-    if config.data_dir.is_dir():
-        return config.data_dir
-    return Path(os.path.normpath(Path(run_dir) / os.path.relpath(config.data_dir, config.run_dir)))
+    """A trained run's prepared data folder: where its config names it, or where that is gone, where it
+    moved with the run folder, now at `run_dir`."""
+    return (
+        config.data_dir
+        if config.data_dir.is_dir()
+        else moved_with_run(config.data_dir, config.run_dir, run_dir)
+    )
 
 
 def latest_checkpoints(run_dir: str | Path, k: int) -> list[Path]:

@@ -22,7 +22,7 @@ from ..config import Config, TrainConfig, from_dict, to_dict
 from ..config.loader import path_keys, settle_locations
 from ..errors import UserError
 from ..runs.checkpoint import load_checkpoint
-from ..runs.run_folder import LATEST, checkpoint_dir
+from ..runs.run_folder import LATEST, checkpoint_dir, moved_with_run
 from .batches import TrainingBatches
 from .distributed import Ranks
 from .log import improves, rank_value
@@ -125,9 +125,9 @@ def _check_resumable(state: dict[str, Any], config: Config, path: Path) -> None:
 def _moved_along(was: str | None, now: str | None, saved: Config, config: Config) -> bool:
     """Whether the file or folder a path key names moved with the run folder: the same path relative to
     it, so a project folder (config, data and run) moved or copied elsewhere resumes there."""
-    if not (was and now):
-        return False
-    return os.path.relpath(was, saved.run_dir) == os.path.relpath(now, config.run_dir)
+    return bool(was and now) and moved_with_run(was, saved.run_dir, config.run_dir) == Path(
+        os.path.normpath(now)
+    )
 
 
 def _state_terms(train: TrainConfig) -> dict[str, Any]:
